@@ -1,0 +1,137 @@
+"""Element types for weights and for the KV cache, with the bytes (and scale bytes) each one costs.
+
+Pure data: no torch. A KV dtype says how many bytes one token's K (or V) vector of one head takes,
+including any scales the format stores beside the values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.errors import InputError
+from kvplan.units import cdiv
+
+
+@dataclass(frozen=True)
+class KvDtype:
+    """A KV-cache element format.
+
+    bits: storage bits per element. scale_bytes: bytes of scale/zero-point stored per group of
+    `group_elems` elements (group_elems None = one group per token-head vector). Example: int8 with
+    one fp32 scale per token and head stores a 128-wide head in 128 + 4 = 132 bytes.
+    """
+
+    name: str
+    bits: int
+    scale_bytes: int = 0
+    group_elems: int | None = None
+    scales_note: str = "no scales"
+
+    def vector_bytes(self, n_elems: int) -> int:
+        """Bytes for one token's vector of `n_elems` values (one head's K or V, or one MLA latent)."""
+        data = cdiv(n_elems * self.bits, 8)
+        if self.scale_bytes == 0:
+            return data
+        groups = 1 if self.group_elems is None else cdiv(n_elems, self.group_elems)
+        return data + groups * self.scale_bytes
+
+    @property
+    def element_bytes_label(self) -> str:
+        return f"{self.bits / 8:g} B/elem" + ("" if not self.scale_bytes else f" + {self.scales_note}")
+
+
+FLOAT32 = KvDtype("float32", 32)
+FLOAT16 = KvDtype("float16", 16)
+BFLOAT16 = KvDtype("bfloat16", 16)
+# vLLM's fp8 KV keeps one fp32 scale per layer for K and one for V (k_scale, v_scale), stored with the
+# weights, so the cache itself carries 1 byte per element and no per-token scale.
+FP8_E4M3 = KvDtype("fp8_e4m3", 8, scales_note="per-tensor k/v scales kept with the weights (0 B/token)")
+FP8_E5M2 = KvDtype("fp8_e5m2", 8, scales_note="per-tensor k/v scales kept with the weights (0 B/token)")
+# int8 per token and head: one fp32 scale for each token's head vector (vLLM's per-token-head kinds:
+# 2 * block * H_kv * 4 bytes of scales per block for K and V together).
+INT8 = KvDtype("int8", 8, scale_bytes=4, scales_note="one fp32 scale per token per head (4 B)")
+# int4 asymmetric per token and head: an fp16 scale and an fp16 zero point per token-head vector.
+INT4 = KvDtype("int4", 4, scale_bytes=4, scales_note="fp16 scale + fp16 zero point per token per head (4 B)")
+# NVFP4: 4-bit values with one fp8 scale per 16 values: D/2 + D/16 bytes per head vector.
+NVFP4 = KvDtype("nvfp4", 4, scale_bytes=1, group_elems=16, scales_note="one fp8 scale per 16 values")
+
+_KV_ALIASES: dict[str, KvDtype] = {
+    "fp32": FLOAT32,
+    "float32": FLOAT32,
+    "float": FLOAT32,
+    "fp16": FLOAT16,
+    "float16": FLOAT16,
+    "half": FLOAT16,
+    "bf16": BFLOAT16,
+    "bfloat16": BFLOAT16,
+    "fp8": FP8_E4M3,
+    "fp8_e4m3": FP8_E4M3,
+    "fp8_e4m3fn": FP8_E4M3,
+    "fp8_e5m2": FP8_E5M2,
+    "int8": INT8,
+    "int4": INT4,
+    "nvfp4": NVFP4,
+}
+
+KV_DTYPE_CHOICES = ("auto", "fp32", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "nvfp4")
+
+# Weight element sizes in bytes, by the names configs use for torch_dtype / dtype.
+_WEIGHT_BYTES: dict[str, int] = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
+_WEIGHT_ALIASES = {
+    "fp32": "float32",
+    "float": "float32",
+    "fp16": "float16",
+    "half": "float16",
+    "bf16": "bfloat16",
+    "fp8": "float8_e4m3fn",
+}
+
+
+def normalize_weight_dtype(name: str) -> str:
+    """'torch.bfloat16', 'bf16', 'BFloat16' -> 'bfloat16'. Raises InputError for unknown names."""
+    key = str(name).strip().lower().removeprefix("torch.")
+    key = _WEIGHT_ALIASES.get(key, key)
+    if key not in _WEIGHT_BYTES:
+        raise InputError(
+            f"unknown dtype '{name}'; use one of float32, float16, bfloat16 (or fp32, fp16, bf16)"
+        )
+    return key
+
+
+def weight_dtype_bytes(name: str) -> int:
+    return _WEIGHT_BYTES[normalize_weight_dtype(name)]
+
+
+def serving_dtype(config_dtype: str | None) -> str:
+    """The dtype an engine serves a checkpoint in when asked for 'auto'.
+
+    vLLM and SGLang keep float16/bfloat16 as stored but downcast float32 (or a config with no dtype)
+    to bfloat16: CodeLlama-7b-hf's config says float32 and vLLM 0.19 loads 12.56 GiB of weights,
+    which is 6.74e9 parameters at 2 bytes, not 4.
+    """
+    if config_dtype is None:
+        return "bfloat16"
+    name = normalize_weight_dtype(config_dtype)
+    if name == "float32":
+        return "bfloat16"
+    if name.startswith("float8"):
+        return "bfloat16"
+    return name
+
+
+def resolve_kv_dtype(name: str, model_dtype: str) -> KvDtype:
+    """`--kv-cache-dtype` value -> KvDtype. 'auto' means the dtype the model is served in."""
+    key = str(name).strip().lower()
+    if key == "auto":
+        key = normalize_weight_dtype(model_dtype)
+    if key not in _KV_ALIASES:
+        raise InputError(
+            f"unknown KV cache dtype '{name}'; use one of {', '.join(KV_DTYPE_CHOICES)}"
+        )
+    return _KV_ALIASES[key]

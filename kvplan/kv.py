@@ -1,0 +1,206 @@
+"""KV-cache bytes from per-layer specs: per token, per request, per batch, contiguous and paged, per GPU.
+
+Engine-neutral accounting: contiguous = exactly the resident tokens (what a [batch, heads, seq, dim]
+buffer holds); paged = whole blocks of `block_size` tokens per request (vLLM / SGLang style), with the
+full blocks of a prefix shared by the whole batch stored once when prefix caching is on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.dtypes import KvDtype
+from kvplan.errors import InputError
+from kvplan.specs import LayerSpec, ModelSpec
+from kvplan.units import cdiv
+
+
+@dataclass(frozen=True)
+class KvRequest:
+    seq_tokens: int
+    batch: int = 1
+    block_size: int = 16
+    tp: int = 1
+    pp: int = 1
+    shared_prefix_tokens: int = 0
+
+    def validate(self) -> None:
+        for name in ("seq_tokens", "batch", "block_size", "tp", "pp"):
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name.replace('_tokens', '').replace('_', '-')} must be >= 1")
+        if not 0 <= self.shared_prefix_tokens <= self.seq_tokens:
+            raise InputError(
+                f"--shared-prefix {self.shared_prefix_tokens} must be between 0 and --seq {self.seq_tokens}"
+            )
+
+
+def pp_stage_layers(num_layers: int, pp: int) -> list[range]:
+    """Layers of each pipeline stage, as vLLM partitions them (get_pp_indices).
+
+    Each stage gets num_layers // pp; the remainder goes one each to the stages before the last, counting
+    back from the second to last (the last stage also holds the LM head). 61 layers over pp=4: 61 // 4 = 15,
+    remainder 1 -> [15, 15, 16, 15].
+    """
+    if pp > num_layers:
+        raise InputError(f"--pp {pp} is larger than the model's {num_layers} layers")
+    sizes = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        sizes[-i] += 1
+    out, start = [], 0
+    for size in sizes:
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
+@dataclass(frozen=True)
+class KindKv:
+    """One layer kind's share on one GPU (the fullest pipeline stage, one TP rank)."""
+
+    kind: str
+    layers: int
+    bytes_per_token: int  # summed over this kind's layers on the GPU
+    resident_tokens: int  # tokens one request keeps in each of these layers
+    contiguous_bytes: int  # per request
+    paged_bytes: int  # per request, whole blocks
+    state_bytes: int  # per request, constant
+
+
+@dataclass(frozen=True)
+class KvEstimate:
+    """KV figures for one request shape on one GPU, plus the unsharded model-wide figures."""
+
+    request: KvRequest
+    kv_dtype: KvDtype
+    kinds: tuple[KindKv, ...]  # on the fullest stage, per TP rank
+    stage_layer_counts: tuple[int, ...]
+    fullest_stage: int
+    # Whole model, unsharded (tp=1, pp=1): the textbook figures.
+    model_bytes_per_token: int
+    model_contiguous_bytes_per_request: int
+    model_paged_bytes_per_request: int
+    model_state_bytes_per_request: int
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Per GPU: bytes one more token adds to one request (full + MLA layers; windows stop growing)."""
+        return sum(k.bytes_per_token for k in self.kinds)
+
+    @property
+    def contiguous_bytes_per_request(self) -> int:
+        return sum(k.contiguous_bytes + k.state_bytes for k in self.kinds)
+
+    @property
+    def paged_bytes_per_request(self) -> int:
+        return sum(k.paged_bytes + k.state_bytes for k in self.kinds)
+
+    @property
+    def state_bytes_per_request(self) -> int:
+        return sum(k.state_bytes for k in self.kinds)
+
+    @property
+    def shared_prefix_bytes(self) -> int:
+        """Per GPU: bytes of the common prefix that each request after the first does not store again.
+
+        Only full blocks are shared (a 100-token prefix in blocks of 16 shares 6 blocks = 96 tokens), and only
+        in layers that still hold the whole history (full attention, MLA): a sliding window or chunk that has
+        moved past the prefix no longer holds it.
+        """
+        req = self.request
+        shared_tokens = (req.shared_prefix_tokens // req.block_size) * req.block_size
+        return sum(
+            shared_tokens * k.bytes_per_token for k in self.kinds if k.resident_tokens == req.seq_tokens
+        )
+
+    @property
+    def shared_prefix_saving_bytes(self) -> int:
+        """Per GPU: what storing the batch's common prefix once saves (paged, prefix caching)."""
+        return (self.request.batch - 1) * self.shared_prefix_bytes
+
+    @property
+    def batch_contiguous_bytes(self) -> int:
+        return self.request.batch * self.contiguous_bytes_per_request
+
+    @property
+    def batch_paged_bytes(self) -> int:
+        return self.request.batch * self.paged_bytes_per_request - self.shared_prefix_saving_bytes
+
+    @property
+    def paging_overhead_bytes_per_request(self) -> int:
+        """What rounding each layer up to whole blocks costs one request."""
+        return self.paged_bytes_per_request - self.contiguous_bytes_per_request
+
+    @property
+    def model_batch_contiguous_bytes(self) -> int:
+        return self.request.batch * self.model_contiguous_bytes_per_request
+
+
+def _paged_tokens(spec: LayerSpec, seq_tokens: int, block_size: int) -> int:
+    """Tokens' worth of whole blocks one request holds in a layer.
+
+    Full attention: cdiv(seq, B) blocks. A sliding window of W tokens that starts mid-block spans one
+    block more than cdiv(W, B): W=128, B=16 at seq=130 holds tokens 3..130 in blocks 0..8, nine blocks.
+    """
+    resident = spec.resident_tokens(seq_tokens)
+    if resident == 0:
+        return 0
+    blocks = cdiv(resident, block_size)
+    if resident < seq_tokens and spec.kind == "sliding_window":
+        blocks = min(cdiv(seq_tokens, block_size), blocks + 1)
+    return blocks * block_size
+
+
+def _kinds_for(layers: list[LayerSpec], kv: KvDtype, req: KvRequest, tp: int) -> tuple[KindKv, ...]:
+    acc: dict[tuple[str, int], dict[str, int]] = {}
+    order: list[tuple[str, int]] = []
+    for spec in layers:
+        if not spec.has_cache and spec.state_bytes(tp) == 0:
+            key = (spec.kind, 0)
+        else:
+            key = (spec.kind, spec.resident_tokens(req.seq_tokens))
+        if key not in acc:
+            acc[key] = {"layers": 0, "bpt": 0, "contig": 0, "paged": 0, "state": 0}
+            order.append(key)
+        bpt = spec.kv_bytes_per_token(kv, tp)
+        a = acc[key]
+        a["layers"] += 1
+        a["bpt"] += bpt
+        a["contig"] += bpt * spec.resident_tokens(req.seq_tokens)
+        a["paged"] += bpt * _paged_tokens(spec, req.seq_tokens, req.block_size)
+        a["state"] += spec.state_bytes(tp)
+    return tuple(
+        KindKv(
+            kind=kind,
+            layers=acc[(kind, resident)]["layers"],
+            bytes_per_token=acc[(kind, resident)]["bpt"],
+            resident_tokens=resident,
+            contiguous_bytes=acc[(kind, resident)]["contig"],
+            paged_bytes=acc[(kind, resident)]["paged"],
+            state_bytes=acc[(kind, resident)]["state"],
+        )
+        for kind, resident in order
+    )
+
+
+def estimate_kv(model: ModelSpec, kv: KvDtype, req: KvRequest) -> KvEstimate:
+    """KV bytes of `model` for `req`, per GPU (fullest stage, one TP rank) and for the whole model."""
+    req.validate()
+    stages = pp_stage_layers(model.num_layers, req.pp)
+    per_stage = [_kinds_for([model.layers[i] for i in stage], kv, req, req.tp) for stage in stages]
+
+    def stage_bytes(kinds: tuple[KindKv, ...]) -> int:
+        return sum(k.paged_bytes + k.state_bytes for k in kinds)
+
+    fullest = max(range(len(per_stage)), key=lambda s: stage_bytes(per_stage[s]))
+    whole = _kinds_for(list(model.layers), kv, req, 1)
+    return KvEstimate(
+        request=req,
+        kv_dtype=kv,
+        kinds=per_stage[fullest],
+        stage_layer_counts=tuple(len(s) for s in stages),
+        fullest_stage=fullest,
+        model_bytes_per_token=sum(k.bytes_per_token for k in whole),
+        model_contiguous_bytes_per_request=sum(k.contiguous_bytes + k.state_bytes for k in whole),
+        model_paged_bytes_per_request=sum(k.paged_bytes + k.state_bytes for k in whole),
+        model_state_bytes_per_request=sum(k.state_bytes for k in whole),
+    )

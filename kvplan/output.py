@@ -1,0 +1,70 @@
+"""The one place that writes to the terminal: results to stdout, notices and errors to stderr.
+
+The mode (human tables or JSON) is set once per command; commands hand over the data and a renderer and
+never branch on the mode themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+
+from kvplan.errors import EXIT_CANNOT_EVALUATE, KvplanError
+
+DEBUG_ENV = "KVPLAN_DEBUG"
+
+
+def stdout_console() -> Console:
+    return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=_width())
+
+
+def stderr_console() -> Console:
+    return Console(file=sys.stderr, highlight=False, soft_wrap=True, width=_width())
+
+
+def _width() -> int | None:
+    # Wide enough for the tables when output is piped (CI logs, README captures).
+    return None if sys.stdout.isatty() else 120
+
+
+@dataclass
+class Output:
+    json_mode: bool = False
+
+    def result(self, data: dict[str, Any], render: Callable[[Console], None]) -> None:
+        """Print a command's result: the JSON document, or the human rendering of the same data."""
+        if self.json_mode:
+            sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+        else:
+            render(stdout_console())
+
+    @staticmethod
+    def notice(message: str) -> None:
+        stderr_console().print(f"Note: {message}", markup=False)
+
+    @staticmethod
+    def warn(message: str) -> None:
+        stderr_console().print(f"Warning: {message}", markup=False)
+
+
+def report_error(exc: BaseException) -> int:
+    """Print `Error: <one line>` to stderr and return the exit code; the traceback only under KVPLAN_DEBUG."""
+    debug = os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
+    if isinstance(exc, KvplanError):
+        message, code = exc.message, exc.exit_code
+    else:
+        message = f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())}"
+        if not debug:
+            message += f" (set {DEBUG_ENV}=1 to see the traceback)"
+        code = EXIT_CANNOT_EVALUATE
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    sys.stderr.write(f"Error: {message}\n")
+    return code

@@ -1,0 +1,226 @@
+"""Plans as data (the --json document) and as rich tables (the same data, for people)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kvplan.gpus import GpuSpec
+from kvplan.plan import GpuFit, Plan
+from kvplan.units import GiB, fmt_bytes
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:,.2f} GiB"
+
+
+def fit_to_dict(f: GpuFit) -> dict[str, Any]:
+    return {
+        "gpu": f.gpu.key,
+        "gpu_name": f.gpu.display_name,
+        "total_memory_bytes": f.total_memory_bytes,
+        "memory_source": f.gpu.memory_source,
+        "requested_bytes": f.requested_bytes,
+        "weights_per_gpu_bytes": f.weights_per_gpu_bytes,
+        "overhead_bytes": f.overhead_bytes,
+        "kv_budget_bytes": f.kv_budget_bytes,
+        "kv_needed_bytes": f.kv_needed_bytes,
+        "headroom_bytes": f.headroom_bytes,
+        "fits": f.fits,
+        "max_concurrency": f.max_concurrency,
+        "max_seq_tokens": f.max_seq_tokens,
+        "suggestions": [{"change": s.change, "effect": s.effect} for s in f.suggestions],
+    }
+
+
+def plan_to_dict(p: Plan, *, gpu_named: bool) -> dict[str, Any]:
+    m, r, kv, w = p.model, p.request, p.kv, p.weights
+    return {
+        "model": {
+            "name": m.name,
+            "source": m.source,
+            "model_type": m.model_type,
+            "family": m.family,
+            "architecture": m.architecture,
+            "num_layers": m.num_layers,
+            "layer_kinds": m.layer_kinds(),
+            "config_dtype": m.config_dtype,
+            "dtype": p.dtype,
+            "num_params": m.num_params,
+            "max_position_embeddings": m.max_position_embeddings,
+        },
+        "request": {
+            "seq_tokens": r.seq_tokens,
+            "batch": r.batch,
+            "kv_cache_dtype": p.kv_dtype.name,
+            "block_size": r.block_size,
+            "tp": r.tp,
+            "pp": r.pp,
+            "num_gpus": r.num_gpus or r.tp * r.pp,
+            "shared_prefix_tokens": r.shared_prefix_tokens,
+            "gpu_memory_utilization": r.gpu_memory_utilization,
+        },
+        "kv": {
+            "dtype": p.kv_dtype.name,
+            "scales": p.kv_dtype.scales_note,
+            "model_bytes_per_token": kv.model_bytes_per_token,
+            "model_bytes_per_request": kv.model_contiguous_bytes_per_request,
+            "model_batch_bytes": kv.model_batch_contiguous_bytes,
+            "model_state_bytes_per_request": kv.model_state_bytes_per_request,
+            "per_gpu": {
+                "bytes_per_token": kv.bytes_per_token,
+                "contiguous_bytes_per_request": kv.contiguous_bytes_per_request,
+                "paged_bytes_per_request": kv.paged_bytes_per_request,
+                "paging_overhead_bytes_per_request": kv.paging_overhead_bytes_per_request,
+                "state_bytes_per_request": kv.state_bytes_per_request,
+                "batch_contiguous_bytes": kv.batch_contiguous_bytes,
+                "batch_paged_bytes": kv.batch_paged_bytes,
+                "shared_prefix_saving_bytes": kv.shared_prefix_saving_bytes,
+                "stage_layer_counts": list(kv.stage_layer_counts),
+                "fullest_stage": kv.fullest_stage,
+            },
+            "by_kind": [
+                {
+                    "kind": k.kind,
+                    "layers": k.layers,
+                    "bytes_per_token": k.bytes_per_token,
+                    "resident_tokens": k.resident_tokens,
+                    "contiguous_bytes_per_request": k.contiguous_bytes,
+                    "paged_bytes_per_request": k.paged_bytes,
+                    "state_bytes_per_request": k.state_bytes,
+                }
+                for k in kv.kinds
+            ],
+        },
+        "weights": {
+            "num_params": w.num_params,
+            "total_bytes": w.total_bytes,
+            "per_gpu_bytes": w.per_gpu_bytes,
+            "source": w.source,
+            "groups": [{"name": n, "params": c, "bytes": b} for n, c, b in w.groups],
+        },
+        "gpu_named": gpu_named,
+        "gpus": [fit_to_dict(f) for f in p.fits],
+        "fits": (p.fits[0].fits if gpu_named and p.fits else None),
+        "notes": list(p.notes),
+    }
+
+
+def render_plan(p: Plan, console: Console, *, gpu_named: bool) -> None:
+    m, r, kv, w = p.model, p.request, p.kv, p.weights
+    kinds = ", ".join(f"{n} {k}" for k, n in m.layer_kinds().items())
+    console.print(f"[bold]{m.name}[/bold]  ({m.family}, {m.num_layers} layers: {kinds}; {m.num_params / 1e9:,.2f}B params)")
+    console.print(f"  source: {m.source}")
+    shard = "" if r.tp == 1 and r.pp == 1 else f", tp={r.tp} pp={r.pp}"
+    console.print(
+        f"  request: {r.seq_tokens:,} tokens x {r.batch} requests, KV {p.kv_dtype.name}, weights {p.dtype}, "
+        f"block {r.block_size}{shard}"
+    )
+    summary = Table(show_header=False, box=None, pad_edge=False)
+    summary.add_column(style="bold")
+    summary.add_column(justify="right")
+    summary.add_column()
+    summary.add_row("KV per token", fmt_bytes(kv.model_bytes_per_token), "all layers, whole model")
+    summary.add_row("KV per request", _gib(kv.model_contiguous_bytes_per_request), f"at {r.seq_tokens:,} tokens")
+    summary.add_row("KV for the batch", _gib(kv.model_batch_contiguous_bytes), f"{r.batch} requests, contiguous")
+    if r.tp * r.pp > 1:
+        summary.add_row("KV per GPU", _gib(kv.batch_paged_bytes), f"paged, fullest of {r.tp * r.pp} GPUs")
+    else:
+        summary.add_row("KV paged", _gib(kv.batch_paged_bytes), f"blocks of {r.block_size}")
+    summary.add_row("Weights", _gib(w.total_bytes), f"{w.source}; {_gib(w.per_gpu_bytes)} per GPU")
+    console.print(summary)
+
+    if p.fits:
+        console.print(_fit_table(p, gpu_named))
+        for f in p.fits if gpu_named else ():
+            verdict = "[green]FITS[/green]" if f.fits else "[red]DOES NOT FIT[/red]"
+            console.print(
+                f"Verdict on {f.gpu.key}: {verdict}: {r.batch} x {r.seq_tokens:,} tokens need {_gib(f.kv_needed_bytes)} "
+                f"of KV per GPU; {_gib(f.kv_budget_bytes)} is free for KV. Max concurrency {f.max_concurrency} at "
+                f"{r.seq_tokens:,} tokens; longest context for {r.batch} requests: {f.max_seq_tokens:,} tokens."
+            )
+            for s in f.suggestions:
+                console.print(f"  try {s.change}: {s.effect}")
+
+    console.print(_kind_table(p))
+    if kv.paging_overhead_bytes_per_request:
+        console.print(
+            f"Paging rounds each request up to whole {r.block_size}-token blocks: "
+            f"+{fmt_bytes(kv.paging_overhead_bytes_per_request)} per request per GPU."
+        )
+    if kv.shared_prefix_saving_bytes:
+        console.print(f"Shared prefix of {r.shared_prefix_tokens:,} tokens stored once saves {_gib(kv.shared_prefix_saving_bytes)} per GPU.")
+    if p.kv_dtype.scale_bytes or p.kv_dtype.bits == 8:
+        console.print(f"KV dtype {p.kv_dtype.name}: {p.kv_dtype.scales_note}.")
+    for note in p.notes:
+        console.print(f"[dim]note: {note}[/dim]")
+
+
+def _fit_table(p: Plan, gpu_named: bool) -> Table:
+    t = Table(title=None if gpu_named else "No GPU named: the common cards side by side")
+    for col in ("GPU", "memory", "x util", "weights/GPU", "overhead", "KV budget", "KV needed", "fits", "max conc.", "max seq"):
+        t.add_column(col, justify="left" if col == "GPU" else "right")
+    for f in p.fits:
+        t.add_row(
+            f.gpu.key,
+            _gib(f.total_memory_bytes),
+            _gib(f.requested_bytes),
+            _gib(f.weights_per_gpu_bytes),
+            _gib(f.overhead_bytes),
+            _gib(f.kv_budget_bytes),
+            _gib(f.kv_needed_bytes),
+            "yes" if f.fits else "no",
+            f"{f.max_concurrency:,}",
+            f"{f.max_seq_tokens:,}",
+        )
+    return t
+
+
+def _kind_table(p: Plan) -> Table:
+    kv, r = p.kv, p.request
+    where = "per GPU" if r.tp * r.pp > 1 else "whole model"
+    t = Table(title=f"KV by layer kind ({where}, one request of {r.seq_tokens:,} tokens)")
+    for col in ("kind", "layers", "bytes/token", "resident tokens", "contiguous", "paged", "state"):
+        t.add_column(col, justify="left" if col == "kind" else "right")
+    for k in kv.kinds:
+        t.add_row(
+            k.kind,
+            str(k.layers),
+            f"{k.bytes_per_token:,}",
+            f"{k.resident_tokens:,}",
+            fmt_bytes(k.contiguous_bytes),
+            fmt_bytes(k.paged_bytes),
+            fmt_bytes(k.state_bytes),
+        )
+    return t
+
+
+def gpus_to_dict(gpus: tuple[GpuSpec, ...]) -> dict[str, Any]:
+    return {
+        "gpus": [
+            {
+                "key": g.key,
+                "name": g.display_name,
+                "device_names": list(g.device_names),
+                "total_memory_bytes": g.total_memory_bytes,
+                "memory_source": g.memory_source,
+                "aliases": list(g.aliases),
+                "vendor": g.vendor,
+                "bandwidth_bytes_per_s": g.bandwidth_bytes_per_s,
+                "bandwidth_source": g.bandwidth_source,
+            }
+            for g in gpus
+        ]
+    }
+
+
+def render_gpus(gpus: tuple[GpuSpec, ...], console: Console) -> None:
+    t = Table(title="GPU catalog (memory as CUDA reports it where sourced)")
+    for col in ("key", "name", "memory", "bytes", "figure", "bandwidth", "aliases"):
+        t.add_column(col, justify="right" if col in ("memory", "bytes") else "left")
+    for g in gpus:
+        bw = f"{g.bandwidth_bytes_per_s / 1e12:g} TB/s" if g.bandwidth_bytes_per_s else "-"
+        t.add_row(g.key, g.display_name, _gib(g.total_memory_bytes), f"{g.total_memory_bytes:,}", g.memory_kind, bw, ", ".join(g.aliases[:4]))
+    console.print(t)

@@ -1,0 +1,123 @@
+"""One resolver for every command: a model argument -> a parsed ModelSpec, and where it came from.
+
+Order: an existing local path (config.json, params.json, or a directory holding one); then, offline,
+the bundled library; online, the Hugging Face Hub for `org/name` ids, falling back to the library (with a
+notice) when the Hub cannot serve the repo; names that are not repo ids go to the library directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvplan import library
+from kvplan.errors import ConfigError, HubError, ModelNotFoundError
+from kvplan.parse import parse_config
+from kvplan.specs import ModelSpec
+
+_TRUTHY = {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    model: ModelSpec
+    notices: tuple[str, ...] = ()
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUTHY
+
+
+def looks_like_repo_id(text: str) -> bool:
+    """'org/name' (one slash, no spaces, not a path that exists here)."""
+    parts = text.split("/")
+    return (
+        len(parts) == 2
+        and all(parts)
+        and not text.startswith((".", "~"))
+        and " " not in text
+        and not Path(text).exists()
+    )
+
+
+def _read_json_file(path: Path) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ModelNotFoundError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(path.name, f"is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", str(path)) from None
+    if not isinstance(data, dict):
+        raise ConfigError(path.name, f"must hold a JSON object, not {type(data).__name__}", str(path))
+    return data
+
+
+def _from_path(path: Path) -> ModelSpec:
+    if path.is_dir():
+        for candidate in ("config.json", "params.json"):
+            if (path / candidate).is_file():
+                return _from_path(path / candidate)
+        raise ModelNotFoundError(f"directory {path} holds no config.json (nor Meta's params.json)")
+    raw = _read_json_file(path)
+    quant_path = path.with_name("hf_quant_config.json")
+    hf_quant = _read_json_file(quant_path) if quant_path.is_file() else None
+    name = path.parent.name if path.name in ("config.json", "params.json") else path.stem
+    return parse_config(raw, name=name, source=str(path), hf_quant_config=hf_quant)
+
+
+def _from_library(entry: library.LibraryEntry) -> ModelSpec:
+    return parse_config(
+        entry.read_config(),
+        name=entry.repo_id,
+        source=f"bundled library: model_configs/{entry.filename}",
+        hf_quant_config=entry.read_hf_quant_config(),
+    )
+
+
+def resolve_model(
+    model: str,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    offline: bool = False,
+) -> Resolved:
+    """Resolve MODEL (path, library name or Hub repo id) to a ModelSpec."""
+    text = model.strip()
+    if not text:
+        raise ModelNotFoundError("the model argument is empty; give a Hub id, a library name or a config path")
+    path = Path(text).expanduser()
+    if path.exists():
+        return Resolved(_from_path(path))
+
+    entry = library.lookup(text)
+    offline = offline or hub_offline()
+    if not looks_like_repo_id(text.removeprefix("hf://")):
+        if entry is None:
+            library.require(text)  # raises with "did you mean"
+        return Resolved(_from_library(entry))
+    repo_id = text.removeprefix("hf://")
+
+    if offline and entry is not None and revision is None:
+        return Resolved(_from_library(entry))
+
+    from kvplan import hub  # the only module that touches the network
+
+    try:
+        files = hub.fetch_model_files(repo_id, revision=revision, token=token)
+    except HubError as exc:
+        if entry is None:
+            hint = library.suggestions(repo_id)
+            if hint and getattr(exc, "reason", "") in ("not_found", "offline", "network"):
+                raise HubError(f"{exc} (bundled library has: {', '.join(hint)})") from None
+            raise
+        return Resolved(
+            _from_library(entry),
+            notices=(f"{exc}; using the bundled library's copy ({entry.filename}) instead",),
+        )
+    source = f"hub: {repo_id}@{files.revision} ({files.config_filename})"
+    raw = files.config if files.config is not None else files.params
+    return Resolved(parse_config(raw, name=repo_id, source=source, hf_quant_config=files.hf_quant_config))

@@ -1,0 +1,254 @@
+"""Frozen per-layer cache specs and the model description they make up.
+
+One small frozen dataclass per kind of layer (vLLM's pattern): each says how many bytes one token costs
+on one tensor-parallel rank, how many tokens a request keeps resident, and what constant state it holds.
+The planner never branches on model families, only on these specs, so hybrids fall out of the same code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kvplan.dtypes import KvDtype, weight_dtype_bytes
+from kvplan.units import cdiv
+
+
+def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
+    """vLLM's get_num_kv_heads: heads split over ranks, at least one; beyond that they are replicated.
+
+    Llama-3.1-70B has 8 KV heads: tp=8 -> 1 per rank; tp=16 -> still 1 (each head held by two ranks).
+    """
+    return max(1, num_kv_heads // tp)
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """Base: a layer with no cache of its own (an MLP-only or MoE-only layer of a hybrid stack)."""
+
+    kind = "none"
+
+    def kv_bytes_per_token(self, kv: KvDtype, tp: int = 1) -> int:
+        """Bytes one token adds to this layer's cache on one TP rank."""
+        return 0
+
+    def resident_tokens(self, seq_tokens: int) -> int:
+        """Tokens of a `seq_tokens`-long request this layer keeps in its cache."""
+        return 0
+
+    def state_bytes(self, tp: int = 1) -> int:
+        """Constant per-request state (Mamba / linear attention), independent of sequence length."""
+        return 0
+
+    @property
+    def has_cache(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class NoCacheSpec(LayerSpec):
+    """A layer that stores nothing per request (Nemotron-H's MLP and MoE layers)."""
+
+    kind = "none"
+
+    @property
+    def has_cache(self) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class FullAttentionSpec(LayerSpec):
+    """Full causal attention, MHA / GQA / MQA: 2 * H_kv * D * b bytes per token (K and V).
+
+    Llama-2-7B: 32 KV heads * (128 + 128) * 2 B = 16,384 B per token per layer.
+    """
+
+    num_kv_heads: int
+    head_dim: int
+    v_head_dim: int | None = None  # a V width different from K's (None: same as head_dim)
+
+    kind = "full_attention"
+
+    @property
+    def v_dim(self) -> int:
+        return self.head_dim if self.v_head_dim is None else self.v_head_dim
+
+    def kv_heads(self, tp: int = 1) -> int:
+        return kv_heads_per_rank(self.num_kv_heads, tp)
+
+    def kv_bytes_per_token(self, kv: KvDtype, tp: int = 1) -> int:
+        return self.kv_heads(tp) * (kv.vector_bytes(self.head_dim) + kv.vector_bytes(self.v_dim))
+
+    def resident_tokens(self, seq_tokens: int) -> int:
+        return seq_tokens
+
+
+@dataclass(frozen=True)
+class SlidingWindowSpec(FullAttentionSpec):
+    """Sliding-window attention: the same page as full attention, but only the last W tokens stay.
+
+    gpt-oss-20b's sliding layers keep 128 tokens whatever the context.
+    """
+
+    sliding_window: int = 0
+
+    kind = "sliding_window"
+
+    def resident_tokens(self, seq_tokens: int) -> int:
+        return min(seq_tokens, self.sliding_window)
+
+
+@dataclass(frozen=True)
+class ChunkedLocalAttentionSpec(FullAttentionSpec):
+    """Chunked local attention (Llama 4): a token attends within its chunk, so one chunk stays resident."""
+
+    attention_chunk_size: int = 0
+
+    kind = "chunked_local"
+
+    def resident_tokens(self, seq_tokens: int) -> int:
+        return min(seq_tokens, self.attention_chunk_size)
+
+
+@dataclass(frozen=True)
+class MLASpec(LayerSpec):
+    """Multi-head latent attention (DeepSeek-V2/V3/R1, Kimi-K2) as vLLM and SGLang cache it.
+
+    One compressed latent of kv_lora_rank + qk_rope_head_dim values per token, no K/V factor of two, and
+    the same latent on every TP rank: DeepSeek-V3 = (512 + 64) * 2 B = 1,152 B per token per layer.
+    """
+
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+
+    kind = "mla"
+
+    @property
+    def latent_dim(self) -> int:
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def kv_bytes_per_token(self, kv: KvDtype, tp: int = 1) -> int:
+        return kv.vector_bytes(self.latent_dim)
+
+    def resident_tokens(self, seq_tokens: int) -> int:
+        return seq_tokens
+
+
+@dataclass(frozen=True)
+class StateTensor:
+    """One constant-size state tensor of a recurrent layer, e.g. Mamba2's conv state (conv_dim, kernel-1).
+
+    `split_dim` is the axis tensor parallelism divides (heads or channels); None if replicated.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    split_dim: int | None = 0
+
+    def bytes(self, tp: int = 1) -> int:
+        dims = list(self.shape)
+        if self.split_dim is not None and tp > 1:
+            dims[self.split_dim] = cdiv(dims[self.split_dim], tp)
+        return math.prod(dims) * weight_dtype_bytes(self.dtype)
+
+
+@dataclass(frozen=True)
+class StateSpec(LayerSpec):
+    """A recurrent layer (Mamba/Mamba2, gated DeltaNet linear attention) holding constant state per request.
+
+    Nemotron-H-56B Mamba2 layer: conv (8192 + 2*8*128, 3) bf16 = 55,296 B and ssm (128, 64, 256)... per request,
+    whatever the sequence length.
+    """
+
+    tensors: tuple[StateTensor, ...] = ()
+    state_kind: str = "mamba"  # "mamba" or "linear_attention"
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return self.state_kind
+
+    def state_bytes(self, tp: int = 1) -> int:
+        return sum(t.bytes(tp) for t in self.tensors)
+
+
+@dataclass(frozen=True)
+class SharedKVSpec(LayerSpec):
+    """A layer that reads another layer's KV (Gemma 3n `num_kv_shared_layers`): it stores none of its own."""
+
+    source_layer: int = 0
+
+    kind = "shared_kv"
+
+    @property
+    def has_cache(self) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """How the checkpoint's weights are stored (from `quantization_config` / hf_quant_config.json)."""
+
+    method: str  # "fp8", "awq", "gptq", "compressed-tensors", "mxfp4", "nvfp4", "bitsandbytes", ...
+    weight_bits: int
+    group_size: int | None = None  # elements per scale group; None = per-channel / per-tensor
+    block_shape: tuple[int, int] | None = None  # fp8 block scales, e.g. (128, 128)
+    scale_bytes: int = 0
+    zero_point_bits: int = 0
+    excluded: tuple[str, ...] = ()  # module patterns left at the model dtype
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class ParamGroup:
+    """A count of parameters that share one fate: quantizable linear weights, or kept at model dtype."""
+
+    name: str  # "embed_tokens", "lm_head", "attention", "mlp", "experts", "norms", "vision", ...
+    params: int
+    quantizable: bool = False  # a Linear weight a weight-only quantizer would pack
+    # Per-rank sharding under TP: "split" (column/row parallel), "replicated" (norms, routers),
+    # "vocab" (embeddings / lm_head are split over TP too in vLLM).
+    tp: str = "split"
+    # (rows, cols) of each quantizable matrix, for group-wise scale counts; empty = unknown.
+    matrices: tuple[tuple[int, int, int], ...] = ()  # (count, out_features, in_features)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything kvplan knows about a model, parsed once from its config. Pure data."""
+
+    name: str
+    source: str  # where the config came from: "library:<file>", a path, or "hub:<repo>@<rev>"
+    model_type: str
+    architecture: str
+    family: str
+    layers: tuple[LayerSpec, ...]
+    dtype: str  # the config's torch_dtype, normalized ("bfloat16"); None-free: see config_dtype
+    config_dtype: str | None
+    hidden_size: int
+    vocab_size: int
+    max_position_embeddings: int | None
+    num_attention_heads: int
+    intermediate_size: int | None = None
+    param_groups: tuple[ParamGroup, ...] = ()
+    quant: QuantSpec | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    extra: tuple[tuple[str, object], ...] = ()  # family-specific facts for engine models (read-only)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def num_params(self) -> int:
+        return sum(g.params for g in self.param_groups)
+
+    def layer_kinds(self) -> dict[str, int]:
+        """Count of layers per kind, in first-seen order: {'sliding_window': 12, 'full_attention': 12}."""
+        out: dict[str, int] = {}
+        for spec in self.layers:
+            out[spec.kind] = out.get(spec.kind, 0) + 1
+        return out
+
+    def get_extra(self, key: str, default: object = None) -> object:
+        return dict(self.extra).get(key, default)

@@ -1,0 +1,96 @@
+"""Weight memory: checkpoint bytes from parameter groups, dtype and quantization, and the share per GPU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.dtypes import weight_dtype_bytes
+from kvplan.errors import InputError
+from kvplan.kv import pp_stage_layers
+from kvplan.quant import group_weight_bytes
+from kvplan.specs import ModelSpec, ParamGroup, QuantSpec
+from kvplan.units import cdiv
+
+RUNTIME_QUANTIZATIONS = ("fp8",)
+
+# Groups that live outside the decoder layers: on the first pipeline stage (embeddings) or the last (head).
+_FIRST_STAGE = ("embed_tokens", "embed_positions", "embed_proj", "vision")
+_LAST_STAGE = ("lm_head",)
+
+
+@dataclass(frozen=True)
+class WeightEstimate:
+    num_params: int
+    total_bytes: int  # the whole model as loaded, all ranks together
+    per_gpu_bytes: int  # the fullest rank (largest pipeline stage, one TP shard)
+    source: str  # how the bytes were obtained, shown to the user
+    groups: tuple[tuple[str, int, int], ...] = ()  # (group, params, bytes)
+
+
+def runtime_quant(method: str) -> QuantSpec:
+    """`--quantization fp8` on an unquantized checkpoint: vLLM quantizes Linear weights to fp8 at load,
+    with one fp32 scale per tensor; embeddings, norms and the head stay in the model dtype."""
+    if method != "fp8":
+        raise InputError(f"--quantization {method!r} is not supported for runtime quantization; use fp8")
+    return QuantSpec("fp8", 8, scale_bytes=4, note="runtime fp8 (per-tensor scales)")
+
+
+def _group_stage_share(group: ParamGroup, stage_layers: int, num_layers: int, first: bool, last: bool) -> float:
+    if group.name.startswith(_FIRST_STAGE):
+        return 1.0 if first else 0.0
+    if group.name.startswith(_LAST_STAGE):
+        return 1.0 if last else 0.0
+    return stage_layers / num_layers
+
+
+def _group_tp_bytes(group_bytes: int, group: ParamGroup, tp: int) -> int:
+    if tp == 1 or group.tp == "replicated":
+        return group_bytes
+    return cdiv(group_bytes, tp)
+
+
+def estimate_weights(
+    model: ModelSpec,
+    *,
+    dtype: str,
+    tp: int = 1,
+    pp: int = 1,
+    quantization: str | None = None,
+    override_bytes: int | None = None,
+) -> WeightEstimate:
+    """Weight bytes of `model` served in `dtype`, whole and per GPU under tp x pp."""
+    num_params = model.num_params
+    if override_bytes is not None:
+        stages = pp_stage_layers(model.num_layers, pp)
+        largest = max(len(s) for s in stages)
+        per_gpu = cdiv(override_bytes * largest, model.num_layers * tp)
+        return WeightEstimate(num_params, override_bytes, per_gpu, "--weights-bytes (split evenly by layers and tp)")
+
+    quant = model.quant
+    source = f"config ({dtype})"
+    if quant is not None:
+        source = f"config + quantization_config ({quant.note or quant.method})"
+        if quantization and quantization not in (quant.method, "compressed-tensors", "auto"):
+            source += f"; --quantization {quantization} ignored: the checkpoint is already quantized"
+    elif quantization:
+        quant = runtime_quant(quantization)
+        source = f"config ({dtype}) + {quant.note}"
+    elem = weight_dtype_bytes(dtype)
+    sized = [(g, group_weight_bytes(g, quant, elem)) for g in model.param_groups]
+    total = sum(b for _, b in sized)
+
+    stages = pp_stage_layers(model.num_layers, pp)
+    per_stage = []
+    for i, stage in enumerate(stages):
+        stage_bytes = 0.0
+        for g, b in sized:
+            share = _group_stage_share(g, len(stage), model.num_layers, i == 0, i == len(stages) - 1)
+            stage_bytes += _group_tp_bytes(b, g, tp) * share
+        per_stage.append(int(stage_bytes))
+    return WeightEstimate(
+        num_params=num_params,
+        total_bytes=total,
+        per_gpu_bytes=max(per_stage),
+        source=source,
+        groups=tuple((g.name, g.params, b) for g, b in sized),
+    )

@@ -1,0 +1,1 @@
+"""kvplan's bundled offline model library: verbatim config.json files (provenance in SOURCES.md)."""
