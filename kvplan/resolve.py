@@ -111,8 +111,8 @@ def resolve_model(
     except HubError as exc:
         if entry is None:
             hint = library.suggestions(repo_id)
-            if hint and getattr(exc, "reason", "") in ("not_found", "offline", "network"):
-                raise HubError(f"{exc} (bundled library has: {', '.join(hint)})") from None
+            if hint and exc.reason in ("not_found", "offline", "network"):
+                raise HubError(f"{exc} (bundled library has: {', '.join(hint)})", reason=exc.reason) from None
             raise
         return Resolved(
             _from_library(entry),
