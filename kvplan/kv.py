@@ -152,33 +152,31 @@ def _paged_tokens(spec: LayerSpec, seq_tokens: int, block_size: int) -> int:
 
 def _kinds_for(layers: list[LayerSpec], kv: KvDtype, req: KvRequest, tp: int) -> tuple[KindKv, ...]:
     acc: dict[tuple[str, int], dict[str, int]] = {}
-    order: list[tuple[str, int]] = []
+    # Identical layers (frozen specs compare equal) are sized once: a uniform 80-layer model costs one spec.
+    counts: dict[LayerSpec, int] = {}
     for spec in layers:
-        if not spec.has_cache and spec.state_bytes(tp) == 0:
-            key = (spec.kind, 0)
-        else:
-            key = (spec.kind, spec.resident_tokens(req.seq_tokens))
-        if key not in acc:
-            acc[key] = {"layers": 0, "bpt": 0, "contig": 0, "paged": 0, "state": 0}
-            order.append(key)
+        counts[spec] = counts.get(spec, 0) + 1
+    for spec, n in counts.items():
+        resident = spec.resident_tokens(req.seq_tokens)
+        key = (spec.kind, resident)
+        a = acc.setdefault(key, {"layers": 0, "bpt": 0, "contig": 0, "paged": 0, "state": 0})
         bpt = spec.kv_bytes_per_token(kv, tp)
-        a = acc[key]
-        a["layers"] += 1
-        a["bpt"] += bpt
-        a["contig"] += bpt * spec.resident_tokens(req.seq_tokens)
-        a["paged"] += bpt * _paged_tokens(spec, req.seq_tokens, req.block_size)
-        a["state"] += spec.state_bytes(tp)
+        a["layers"] += n
+        a["bpt"] += n * bpt
+        a["contig"] += n * bpt * resident
+        a["paged"] += n * bpt * _paged_tokens(spec, req.seq_tokens, req.block_size)
+        a["state"] += n * spec.state_bytes(tp)
     return tuple(
         KindKv(
             kind=kind,
-            layers=acc[(kind, resident)]["layers"],
-            bytes_per_token=acc[(kind, resident)]["bpt"],
+            layers=a["layers"],
+            bytes_per_token=a["bpt"],
             resident_tokens=resident,
-            contiguous_bytes=acc[(kind, resident)]["contig"],
-            paged_bytes=acc[(kind, resident)]["paged"],
-            state_bytes=acc[(kind, resident)]["state"],
+            contiguous_bytes=a["contig"],
+            paged_bytes=a["paged"],
+            state_bytes=a["state"],
         )
-        for kind, resident in order
+        for (kind, resident), a in acc.items()
     )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kvplan import library
 from kvplan.errors import ConfigError, HubError, ModelNotFoundError
+from kvplan.hub import looks_like_repo_id
 from kvplan.parse import parse_config
 from kvplan.specs import ModelSpec
 
@@ -27,19 +28,9 @@ class Resolved:
 
 
 def hub_offline() -> bool:
+    """HF_HUB_OFFLINE read from the environment only: importing huggingface_hub to ask would cost the
+    offline path its fast start."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUTHY
-
-
-def looks_like_repo_id(text: str) -> bool:
-    """'org/name' (one slash, no spaces, not a path that exists here)."""
-    parts = text.split("/")
-    return (
-        len(parts) == 2
-        and all(parts)
-        and not text.startswith((".", "~"))
-        and " " not in text
-        and not Path(text).exists()
-    )
 
 
 def _read_json_file(path: Path) -> dict:
@@ -104,7 +95,7 @@ def resolve_model(
     if offline and entry is not None and revision is None:
         return Resolved(_from_library(entry))
 
-    from kvplan import hub  # the only module that touches the network
+    from kvplan import hub  # the only module that touches the network (huggingface_hub loads on first call)
 
     try:
         files = hub.fetch_model_files(repo_id, revision=revision, token=token)
