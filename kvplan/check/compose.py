@@ -1,0 +1,104 @@
+"""docker-compose services that run vLLM, SGLang or TGI.
+
+`command` / `entrypoint` may be strings (split as a shell would, without running one) or lists;
+`${VAR:-default}` interpolation uses the default, an unset `${VAR}` leaves the field unresolved.
+GPUs come from `deploy.resources.reservations.devices` (count or device_ids); compose names no GPU type,
+so it comes from the label `kvplan.io/gpu` or `--gpu`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from kvplan.check.build import Hardware, Site, build_request
+from kvplan.check.command import expand_shell, find_invocation
+from kvplan.check.k8s import GPU_ANNOTATION, MODEL_ANNOTATION, dig, engine_args, mapping, sequence
+from kvplan.check.loader import Document
+from kvplan.check.model import DeploymentRequest, Location, Unresolved
+
+_GPU_FIX = "add label kvplan.io/gpu: H100-80GB to the service, or pass --gpu"
+
+
+def _word(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _env(value: Any) -> dict[str, str]:
+    if isinstance(value, dict):
+        return {str(k): _word(v) for k, v in value.items() if v is not None}
+    env: dict[str, str] = {}
+    for item in sequence(value):
+        key, sep, val = _word(item).partition("=")
+        if sep:
+            env[key] = val
+    return env
+
+
+def _words(value: Any) -> list[str]:
+    if isinstance(value, str):
+        try:
+            return shlex.split(value)
+        except ValueError:
+            return value.split()
+    return [_word(w) for w in sequence(value)]
+
+
+def is_compose(data: Any) -> bool:
+    services = mapping(data).get("services") if isinstance(data, dict) else None
+    return isinstance(services, dict) and any(
+        isinstance(s, dict) and ("image" in s or "build" in s) for s in services.values()
+    )
+
+
+def compose_requests(doc: Document, data: Any, default_gpu: str | None) -> list[DeploymentRequest]:
+    services = mapping(data.get("services"))
+    line_of = getattr(services, "line_of", lambda key: doc.line)
+    requests = []
+    for name, service in services.items():
+        service = mapping(service)
+        env = _env(service.get("environment"))
+        image = expand_shell(_word(service.get("image", "")), {})
+        command = [expand_shell(w, {}) for w in _words(service.get("command"))]
+        entrypoint = [expand_shell(w, {}) for w in _words(service.get("entrypoint"))]
+        inv = find_invocation(entrypoint, command, image, env)
+        if inv is None:
+            continue
+        site = Site(Location(doc.file, line_of(name)), str(name), "compose", doc.templates, gpu_fix=_GPU_FIX,
+                    model_fix="add label kvplan.io/model: ORG/NAME to the service")
+        labels = _env(service.get("labels"))
+        count, unresolved = _gpus(service)
+        gpu = labels.get(GPU_ANNOTATION)
+        hardware = Hardware(gpu, f"label {GPU_ANNOTATION}" if gpu else "", count, tuple(unresolved),
+                            missing_gpu="compose files name no GPU type (no kvplan.io/gpu label)")
+        hint = (env["MODEL_ID"], "environment MODEL_ID") if inv.engine == "tgi" and "MODEL_ID" in env else None
+        requests.append(build_request(site, engine_args(inv, env), hardware, positional_model=inv.positional_model,
+                                      model_hint=hint, model_override=labels.get(MODEL_ANNOTATION),
+                                      default_gpu=default_gpu))
+    return requests
+
+
+def _gpus(service: Any) -> tuple[int | None, list[Unresolved]]:
+    for device in sequence(dig(service, "deploy", "resources", "reservations", "devices")):
+        device = mapping(device)
+        capabilities = [_word(c) for c in sequence(device.get("capabilities"))]
+        if "gpu" not in capabilities and _word(device.get("driver", "")) != "nvidia":
+            continue
+        if "device_ids" in device:
+            return len(sequence(device.get("device_ids"))), []
+        count = device.get("count")
+        if isinstance(count, int):
+            return count, []
+        if _word(count).isdigit():
+            return int(_word(count)), []
+        return None, [Unresolved("num_gpus", f"GPU count is {count!r} (all GPUs of the host: unknown here)",
+                                 "set count: N in deploy.resources.reservations.devices")]
+    if service.get("gpus") is not None:
+        gpus = _word(service.get("gpus"))
+        if gpus.isdigit():
+            return int(gpus), []
+        return None, [Unresolved("num_gpus", f"gpus: {gpus} (all GPUs of the host: unknown here)", "set a count")]
+    return None, [Unresolved("num_gpus", "the service reserves no GPU device",
+                             "add deploy.resources.reservations.devices with capabilities [gpu] and count: N")]
