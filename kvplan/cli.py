@@ -73,7 +73,9 @@ def estimate(
         str, typer.Option("--kv-cache-dtype", help="auto, fp32, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8, int4, nvfp4.")
     ] = "auto",
     dtype: Annotated[str, typer.Option("--dtype", help="Weight dtype: auto (the config's, float32 served as bf16), bf16, fp16, fp32.")] = "auto",
-    block_size: Annotated[int, typer.Option("--block-size", help="Paged-KV block size in tokens.")] = 16,
+    block_size: Annotated[
+        int | None, typer.Option("--block-size", help="Paged-KV block size in tokens (vLLM default 16).")
+    ] = None,
     tp: Annotated[int, typer.Option("--tp", "--tensor-parallel-size", help="Tensor-parallel GPUs.")] = 1,
     pp: Annotated[int, typer.Option("--pp", "--pipeline-parallel-size", help="Pipeline stages.")] = 1,
     shared_prefix: Annotated[
@@ -83,8 +85,9 @@ def estimate(
     gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", help="Memory of another card, e.g. 48GiB.")] = None,
     num_gpus: Annotated[int | None, typer.Option("--num-gpus", help="GPUs in total (default tp x pp; more = replicas).")] = None,
     gpu_memory_utilization: Annotated[
-        float, typer.Option("--gpu-memory-utilization", help="Fraction of GPU memory the engine may use.")
-    ] = 0.9,
+        float | None,
+        typer.Option("--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use (default 0.92; 0.9 with --vllm-version 0.19)."),
+    ] = None,
     overhead: Annotated[
         str | None, typer.Option("--overhead", help="Activations + runtime per GPU (default 2 GiB, +2 GiB multi-GPU).")
     ] = None,
@@ -93,11 +96,32 @@ def estimate(
     revision: Annotated[str | None, typer.Option("--revision", help="Hub revision (branch, tag or commit).")] = None,
     token: Annotated[str | None, typer.Option("--token", help="Hub token (default: HF_TOKEN).")] = None,
     offline: Annotated[bool, typer.Option("--offline", help="Never touch the network: bundled library and cache only.")] = False,
+    engine: Annotated[
+        str, typer.Option("--engine", help="Whose accounting: vllm (default), sglang, transformers, or generic (fixed overhead).")
+    ] = "vllm",
+    vllm_version: Annotated[
+        str, typer.Option("--vllm-version", help="vLLM behaviour: current (util 0.92, CUDA graphs counted) or 0.19.")
+    ] = "current",
+    max_num_seqs: Annotated[int | None, typer.Option("--max-num-seqs", help="vLLM: requests per step (default 1024 on >=70 GiB non-A100 GPUs, else 256).")] = None,
+    max_num_batched_tokens: Annotated[
+        int | None, typer.Option("--max-num-batched-tokens", help="vLLM: tokens per step (default 8192 on >=70 GiB non-A100 GPUs, else 2048).")
+    ] = None,
+    enable_prefix_caching: Annotated[
+        bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM prefix caching (default on).")
+    ] = True,
+    kv_cache_memory: Annotated[
+        str | None, typer.Option("--kv-cache-memory-bytes", "--kv-cache-memory", help="vLLM: fix the KV memory per GPU, e.g. 40GiB (skips the budget model).")
+    ] = None,
+    mem_fraction_static: Annotated[
+        float | None, typer.Option("--mem-fraction-static", help="SGLang: fraction of the memory free before loading (default 0.9).")
+    ] = None,
+    page_size: Annotated[int, typer.Option("--page-size", help="SGLang: tokens per KV page (default 1).")] = 1,
+    hf_cache: Annotated[str, typer.Option("--hf-cache", help="Transformers: dynamic or static cache.")] = "dynamic",
     json_out: JsonOpt = False,
 ) -> None:
-    """Size the KV cache for MODEL and fit it to a GPU.
+    """Size the KV cache for MODEL and fit it to a GPU, as the serving engine would (vLLM by default).
 
-    Example: kvplan estimate meta-llama/Llama-2-7b --seq 32768 --batch 16 --gpu H100
+    Example: kvplan estimate meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192 --gpu H100 --gpu-memory-utilization 0.95
     """
     from kvplan.api import estimate as run_estimate
 
@@ -122,6 +146,15 @@ def estimate(
         revision=revision,
         token=token,
         offline=offline,
+        engine=engine,
+        vllm_version=vllm_version,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        enable_prefix_caching=enable_prefix_caching,
+        kv_cache_memory_bytes=_size(kv_cache_memory, "--kv-cache-memory-bytes"),
+        mem_fraction_static=mem_fraction_static,
+        page_size=page_size,
+        hf_cache=hf_cache,
     )
     for notice in result.notices:
         out.notice(notice)

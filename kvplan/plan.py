@@ -8,6 +8,7 @@ and the KV need is the paged accounting of kvplan.kv on the fullest GPU.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from kvplan.dtypes import KvDtype, resolve_kv_dtype
@@ -74,6 +75,23 @@ class PlanRequest:
 
 
 @dataclass(frozen=True)
+class EngineBudget:
+    """An engine model's answer for one GPU: what it leaves for KV, and its own report (e.g. vLLM's lines)."""
+
+    requested_bytes: int
+    weights_per_gpu_bytes: int
+    overhead_bytes: int  # everything else the engine subtracts (activation peak, non-torch, CUDA graphs)
+    kv_budget_bytes: int
+    max_concurrency: int | None = None  # the engine's own count, when it has one
+    fits: bool | None = None  # False when the engine would refuse to start
+    detail: object | None = None
+
+
+# An engine's budget model: (model, request, gpu) -> EngineBudget. None means the generic budget above.
+BudgetModel = Callable[[ModelSpec, "PlanRequest", GpuSpec], EngineBudget]
+
+
+@dataclass(frozen=True)
 class Suggestion:
     change: str  # "--kv-cache-dtype fp8"
     effect: str  # "holds 24 requests at 32,768 tokens"
@@ -95,6 +113,7 @@ class GpuFit:
     max_seq_tokens: int  # longest context that fits `batch` requests (0: not even one token)
     headroom_bytes: int  # kv_budget - kv_needed
     suggestions: tuple[Suggestion, ...] = ()
+    engine: object | None = None  # the engine model's report for this GPU (kvplan.engines), if any
 
 
 @dataclass(frozen=True)
@@ -107,6 +126,7 @@ class Plan:
     weights: WeightEstimate
     fits: tuple[GpuFit, ...] = field(default_factory=tuple)
     notes: tuple[str, ...] = ()
+    engine: str = "generic"
 
 
 def _max_concurrency(kv: KvEstimate, budget: int) -> int:
@@ -145,14 +165,24 @@ def fit_gpu(
     weights: WeightEstimate,
     *,
     suggest: bool = True,
+    budget_model: BudgetModel | None = None,
 ) -> GpuFit:
     total = gpu.total_memory_bytes
-    requested = math.floor(total * req.gpu_memory_utilization)
-    overhead = generic_overhead_bytes(req.tp, req.pp) if req.overhead_bytes is None else req.overhead_bytes
-    budget = requested - weights.per_gpu_bytes - overhead
+    eb = budget_model(model, req, gpu) if budget_model is not None else None
+    if eb is None:
+        requested = math.floor(total * req.gpu_memory_utilization)
+        overhead = generic_overhead_bytes(req.tp, req.pp) if req.overhead_bytes is None else req.overhead_bytes
+        weights_per_gpu = weights.per_gpu_bytes
+        budget = requested - weights_per_gpu - overhead
+    else:
+        requested, overhead, weights_per_gpu, budget = (
+            eb.requested_bytes, eb.overhead_bytes, eb.weights_per_gpu_bytes, eb.kv_budget_bytes
+        )
     needed = kv.batch_paged_bytes
-    fits = needed <= budget
+    fits = needed <= budget if eb is None or eb.fits is None else eb.fits
     concurrency = _max_concurrency(kv, budget) * req.replicas if budget > 0 else 0
+    if eb is not None and eb.max_concurrency is not None:
+        concurrency = eb.max_concurrency * req.replicas
     seq_limit = max(model.max_position_embeddings or 0, req.seq_tokens, 1)
     # Replicas split the batch: each replica serves cdiv(batch, replicas) requests.
     per_replica = replace(req, batch=-(-req.batch // req.replicas))
@@ -161,7 +191,7 @@ def fit_gpu(
         gpu=gpu,
         total_memory_bytes=total,
         requested_bytes=requested,
-        weights_per_gpu_bytes=weights.per_gpu_bytes,
+        weights_per_gpu_bytes=weights_per_gpu,
         overhead_bytes=overhead,
         kv_budget_bytes=budget,
         kv_needed_bytes=needed,
@@ -169,13 +199,16 @@ def fit_gpu(
         max_concurrency=concurrency,
         max_seq_tokens=max_seq,
         headroom_bytes=budget - needed,
+        engine=None if eb is None else eb.detail,
     )
     if fits or not suggest:
         return fit
-    return replace(fit, suggestions=tuple(_suggestions(model, req, gpu, kv_dtype, fit)))
+    return replace(fit, suggestions=tuple(_suggestions(model, req, gpu, kv_dtype, fit, budget_model)))
 
 
-def _suggestions(model: ModelSpec, req: PlanRequest, gpu: GpuSpec, kv_dtype: KvDtype, fit: GpuFit) -> list[Suggestion]:
+def _suggestions(
+    model: ModelSpec, req: PlanRequest, gpu: GpuSpec, kv_dtype: KvDtype, fit: GpuFit, budget_model: BudgetModel | None
+) -> list[Suggestion]:
     out: list[Suggestion] = []
     if fit.max_concurrency >= 1:
         out.append(Suggestion(f"--batch {fit.max_concurrency}", f"{fit.max_concurrency} requests of {req.seq_tokens:,} tokens fit"))
@@ -183,7 +216,7 @@ def _suggestions(model: ModelSpec, req: PlanRequest, gpu: GpuSpec, kv_dtype: KvD
         out.append(Suggestion(f"--seq {fit.max_seq_tokens}", f"{req.batch} requests fit at {fit.max_seq_tokens:,} tokens"))
     if kv_dtype.bits > 8:
         fp8 = replace(req, kv_cache_dtype="fp8")
-        p = plan(model, fp8, [gpu], suggest=False)
+        p = plan(model, fp8, [gpu], suggest=False, budget_model=budget_model)
         f = p.fits[0]
         verdict = "fits" if f.fits else f"holds {f.max_concurrency} requests"
         out.append(Suggestion("--kv-cache-dtype fp8", f"{verdict} ({f.kv_needed_bytes / GiB:,.2f} GiB KV needed)"))
@@ -192,7 +225,7 @@ def _suggestions(model: ModelSpec, req: PlanRequest, gpu: GpuSpec, kv_dtype: KvD
         tp *= 2
         wider = replace(req, tp=tp, num_gpus=None if req.num_gpus is None else max(req.num_gpus, tp * req.pp))
         try:
-            f = plan(model, wider, [gpu], suggest=False).fits[0]
+            f = plan(model, wider, [gpu], suggest=False, budget_model=budget_model).fits[0]
         except InputError:
             break
         if f.fits:
@@ -201,8 +234,20 @@ def _suggestions(model: ModelSpec, req: PlanRequest, gpu: GpuSpec, kv_dtype: KvD
     return out
 
 
-def plan(model: ModelSpec, req: PlanRequest, gpus: list[GpuSpec], *, suggest: bool = True) -> Plan:
-    """Size the KV cache and weights for `req`, and fit them to each GPU in `gpus`."""
+def plan(
+    model: ModelSpec,
+    req: PlanRequest,
+    gpus: list[GpuSpec],
+    *,
+    suggest: bool = True,
+    budget_model: BudgetModel | None = None,
+    engine: str = "generic",
+) -> Plan:
+    """Size the KV cache and weights for `req`, and fit them to each GPU in `gpus`.
+
+    `budget_model` replaces the generic budget with an engine's own accounting (kvplan.engines); the KV
+    need, max context and suggestions keep this module's structure either way.
+    """
     from kvplan.dtypes import serving_dtype
 
     req.validate()
@@ -212,8 +257,13 @@ def plan(model: ModelSpec, req: PlanRequest, gpus: list[GpuSpec], *, suggest: bo
     weights = estimate_weights(
         model, dtype=dtype, tp=req.tp, pp=req.pp, quantization=req.quantization, override_bytes=req.weights_bytes
     )
-    fits = tuple(fit_gpu(model, req, g, kv_dtype, kv, weights, suggest=suggest) for g in gpus)
+    fits = tuple(
+        fit_gpu(model, req, g, kv_dtype, kv, weights, suggest=suggest, budget_model=budget_model) for g in gpus
+    )
     notes = list(model.notes)
     if model.config_dtype != dtype and req.dtype is None:
         notes.append(f"config dtype {model.config_dtype or 'unset'} is served as {dtype} (engines downcast float32)")
-    return Plan(model=model, request=req, dtype=dtype, kv_dtype=kv_dtype, kv=kv, weights=weights, fits=fits, notes=tuple(notes))
+    return Plan(
+        model=model, request=req, dtype=dtype, kv_dtype=kv_dtype, kv=kv, weights=weights, fits=fits,
+        notes=tuple(notes), engine=engine,
+    )

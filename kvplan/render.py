@@ -16,6 +16,101 @@ def _gib(n: int) -> str:
     return f"{n / GiB:,.2f} GiB"
 
 
+def engine_to_dict(detail: object) -> dict[str, Any] | None:
+    """An engine model's report as plain data (kvplan.engines); None for the generic budget."""
+    from kvplan.engines.hf import HfCacheEstimate
+    from kvplan.engines.sglang import SglangReport
+    from kvplan.engines.vllm import VllmReport
+
+    if isinstance(detail, VllmReport):
+        f = detail.flags
+        return {
+            "engine": "vllm",
+            "vllm_version": f.version,
+            "flags": {
+                "max_model_len": f.max_model_len,
+                "gpu_memory_utilization": f.gpu_memory_utilization,
+                "kv_cache_dtype": f.kv_cache_dtype.name,
+                "block_size": f.block_size,
+                "max_num_seqs": f.max_num_seqs,
+                "max_num_batched_tokens": f.max_num_batched_tokens,
+                "tensor_parallel_size": f.tp,
+                "pipeline_parallel_size": f.pp,
+                "dtype": f.dtype,
+                "enable_prefix_caching": f.enable_prefix_caching,
+                "kv_cache_memory_bytes": f.kv_cache_memory_bytes,
+            },
+            "total_memory_bytes": detail.total_memory_bytes,
+            "requested_bytes": detail.requested_bytes,
+            "cudagraph_bytes": detail.cudagraph_bytes,
+            "stages": [
+                {
+                    "stage": s.memory.stage,
+                    "layers": s.memory.layers,
+                    "weights_bytes": s.memory.weights_bytes,
+                    "rotary_cache_bytes": s.memory.rotary_cache_bytes,
+                    "activation_peak_bytes": s.memory.activation_peak_bytes,
+                    "non_torch_bytes": s.memory.non_torch_bytes,
+                    "available_kv_cache_bytes": s.available_kv_bytes,
+                    "kv_cache_groups": [
+                        {"kind": g.kind, "layers": g.layers, "window_tokens": g.window_tokens} for g in s.layout.groups
+                    ],
+                    "group_size": s.layout.group_size,
+                    "page_bytes": s.layout.page_bytes,
+                    "bytes_per_block": s.layout.bytes_per_block,
+                    "num_blocks": s.num_blocks,
+                }
+                for s in detail.stages
+            ],
+            "limiting_stage": detail.limiting_stage,
+            "available_kv_cache_bytes": detail.available_kv_cache_bytes,
+            "block_size": detail.stages[detail.limiting_stage].layout.block_size,
+            "num_gpu_blocks": detail.num_blocks,
+            "usable_blocks": detail.usable_blocks,
+            "blocks_per_request": detail.blocks_per_request,
+            "kv_cache_tokens": detail.kv_cache_tokens,
+            "max_concurrency": round(detail.max_concurrency, 4),
+            "max_running_requests": detail.max_running_requests,
+            "max_model_len_fit": detail.max_model_len_fit,
+            "startup_error": detail.startup_error,
+            "log_lines": list(detail.log_lines),
+        }
+    if isinstance(detail, SglangReport):
+        return {
+            "engine": "sglang",
+            "mem_fraction_static": detail.mem_fraction_static,
+            "page_size": detail.page_size,
+            "free_before_load_bytes": detail.free_before_load_bytes,
+            "weights_bytes": detail.weights_bytes,
+            "available_kv_cache_bytes": detail.available_kv_bytes,
+            "cell_size_bytes": detail.cell_size_bytes,
+            "swa_cell_size_bytes": detail.swa_cell_size_bytes,
+            "max_total_num_tokens": detail.max_total_num_tokens,
+            "swa_max_total_num_tokens": detail.swa_max_total_num_tokens,
+        }
+    if isinstance(detail, HfCacheEstimate):
+        return {
+            "engine": "transformers",
+            "cache": detail.cache,
+            "dtype": detail.dtype,
+            "total_bytes": detail.total_bytes,
+            "layers": [{"layer": x.layer, "kind": x.kind, "tokens": x.tokens, "bytes": x.bytes} for x in detail.layers],
+        }
+    return None
+
+
+def _headline(f: GpuFit, seq_tokens: int) -> dict[str, Any]:
+    """The three figures scripts read at the top level: KV memory, KV tokens, concurrency (engine terms)."""
+    e = engine_to_dict(f.engine) if f.engine is not None else None
+    if e and e["engine"] == "vllm":
+        return {"available_kv_cache_bytes": e["available_kv_cache_bytes"], "kv_cache_tokens": e["kv_cache_tokens"],
+                "max_concurrency": e["max_concurrency"]}
+    if e and e["engine"] == "sglang":
+        return {"available_kv_cache_bytes": e["available_kv_cache_bytes"], "kv_cache_tokens": e["max_total_num_tokens"],
+                "max_concurrency": round(e["max_total_num_tokens"] / seq_tokens, 4)}
+    return {"available_kv_cache_bytes": f.kv_budget_bytes, "kv_cache_tokens": None, "max_concurrency": f.max_concurrency}
+
+
 def fit_to_dict(f: GpuFit) -> dict[str, Any]:
     return {
         "gpu": f.gpu.key,
@@ -32,12 +127,18 @@ def fit_to_dict(f: GpuFit) -> dict[str, Any]:
         "max_concurrency": f.max_concurrency,
         "max_seq_tokens": f.max_seq_tokens,
         "suggestions": [{"change": s.change, "effect": s.effect} for s in f.suggestions],
+        "engine": engine_to_dict(f.engine) if f.engine is not None else None,
     }
 
 
 def plan_to_dict(p: Plan, *, gpu_named: bool) -> dict[str, Any]:
     m, r, kv, w = p.model, p.request, p.kv, p.weights
+    # Top-level engine figures describe the named GPU; with no GPU named they are null (see "gpus").
+    head = _headline(p.fits[0], r.seq_tokens) if gpu_named and p.fits else dict.fromkeys(
+        ("available_kv_cache_bytes", "kv_cache_tokens", "max_concurrency"))
     return {
+        "engine": p.engine,
+        **head,
         "model": {
             "name": m.name,
             "source": m.source,
@@ -143,6 +244,7 @@ def render_plan(p: Plan, console: Console, *, gpu_named: bool) -> None:
             )
             for s in f.suggestions:
                 console.print(f"  try {s.change}: {s.effect}")
+            _render_engine(f, console)
 
     console.print(_kind_table(p))
     if kv.paging_overhead_bytes_per_request:
@@ -156,6 +258,33 @@ def render_plan(p: Plan, console: Console, *, gpu_named: bool) -> None:
         console.print(f"KV dtype {p.kv_dtype.name}: {p.kv_dtype.scales_note}.")
     for note in p.notes:
         console.print(f"[dim]note: {note}[/dim]")
+
+
+def _render_engine(f: GpuFit, console: Console) -> None:
+    """What the engine itself would say on this GPU: vLLM's start-up lines, SGLang's token pool."""
+    from kvplan.engines.sglang import SglangReport
+    from kvplan.engines.vllm import VllmReport
+
+    d = f.engine
+    if isinstance(d, VllmReport):
+        console.print(f"vLLM ({d.flags.version}) would log on {f.gpu.key}:")
+        for line in d.log_lines:
+            console.print(f"  {line}", markup=False)
+        if d.startup_error is None:
+            console.print(
+                f"  ({d.num_blocks:,} blocks of {d.stages[d.limiting_stage].layout.block_size} tokens incl. the null "
+                f"block; {d.max_running_requests:,} requests run at once, max_num_seqs {d.flags.max_num_seqs:,})",
+                markup=False,
+            )
+        elif d.max_model_len_fit:
+            console.print(f"  try --max-model-len {d.max_model_len_fit}", markup=False)
+    elif isinstance(d, SglangReport):
+        console.print(
+            f"SGLang on {f.gpu.key}: max_total_num_tokens={d.max_total_num_tokens:,} "
+            f"(mem_fraction_static {d.mem_fraction_static}, page size {d.page_size})"
+            + (f", sliding-window pool {d.swa_max_total_num_tokens:,} tokens" if d.swa_cell_size_bytes else ""),
+            markup=False,
+        )
 
 
 def _fit_table(p: Plan, gpu_named: bool) -> Table:

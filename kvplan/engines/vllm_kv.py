@@ -1,0 +1,151 @@
+"""vLLM's KV cache groups, pages, blocks, tokens and concurrency (vllm/v1/core/kv_cache_utils.py).
+
+Every layer gets a spec with a page (one block of `block_size` tokens on this rank). Equal specs form one
+group; hybrids (Gemma 2/3 sliding + full, gpt-oss, Llama 4 chunked, Mamba hybrids) are split into groups of
+an equal number of layers so that every group's block costs the same bytes; one block id then stands for
+`group_size` pages, one in each of `group_size` shared tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.dtypes import KvDtype
+from kvplan.errors import InputError
+from kvplan.specs import (
+    ChunkedLocalAttentionSpec,
+    LayerSpec,
+    MLASpec,
+    SlidingWindowSpec,
+    StateSpec,
+)
+from kvplan.units import cdiv
+
+# Attention kernels need block sizes in multiples of 16 tokens; vLLM raises a Mamba hybrid's attention
+# block to the smallest such multiple whose page holds one Mamba state (vllm/model_executor/models/config.py).
+KERNEL_BLOCK_ALIGNMENT = 16
+
+
+@dataclass(frozen=True)
+class VllmLayerSpec:
+    """One layer as vLLM's KV cache manager sees it on one rank."""
+
+    kind: str  # "full_attention", "sliding_window", "chunked_local", "mla", "mamba"
+    bytes_per_token: int  # 0 for Mamba (its page is a constant state)
+    window_tokens: int = 0  # sliding window or attention chunk
+    state_bytes: int = 0  # Mamba / linear attention state per request
+
+    def key(self) -> tuple:
+        return (self.kind, self.bytes_per_token, self.window_tokens, self.state_bytes)
+
+
+@dataclass(frozen=True)
+class KvGroup:
+    kind: str
+    layers: int  # real layers (the last group of a kind may be padded up to group_size)
+    window_tokens: int
+    bytes_per_token: int
+    state_bytes: int
+
+
+@dataclass(frozen=True)
+class KvCacheLayout:
+    """The grouping vLLM settles on for one rank, with its unified page."""
+
+    groups: tuple[KvGroup, ...]
+    group_size: int  # layers per group = tensors sharing one block id
+    block_size: int  # tokens per block (raised for Mamba hybrids)
+    page_bytes: int  # one layer's page: bytes of one block in one layer
+
+    @property
+    def bytes_per_block(self) -> int:
+        """What one block id costs on this rank: one page in each of group_size tensors."""
+        return self.page_bytes * self.group_size
+
+    def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """Blocks one request at max_model_len needs, summed over groups (max_memory_usage_bytes).
+
+        Full attention / MLA: cdiv(L, B). Sliding window W: cdiv(min(W - 1 + T, L), B) + 1 (the window can
+        start mid-block). Chunked local C: cdiv(min(C + T, L), B). Mamba: one block (its state).
+        Gemma-3-12B at L = T = 8,192, B = 16: 512 + 5 x 513 = 3,077 blocks.
+        """
+        total = 0
+        for g in self.groups:
+            total += _group_blocks(g, self.block_size, max_model_len, max_num_batched_tokens)
+        return total
+
+
+def _group_blocks(g: KvGroup, block_size: int, max_model_len: int, batched: int) -> int:
+    if g.kind == "mamba":
+        return 1
+    if g.kind == "sliding_window":
+        return cdiv(min(g.window_tokens - 1 + batched, max_model_len), block_size) + 1
+    if g.kind == "chunked_local":
+        return cdiv(min(g.window_tokens + batched, max_model_len), block_size)
+    return cdiv(max_model_len, block_size)
+
+
+def vllm_layer_spec(spec: LayerSpec, kv: KvDtype, tp: int) -> VllmLayerSpec | None:
+    """A kvplan layer spec -> vLLM's view on one rank; None for layers without a cache."""
+    if isinstance(spec, StateSpec):
+        return VllmLayerSpec("mamba", 0, state_bytes=spec.state_bytes(tp))
+    if not spec.has_cache:
+        return None
+    bpt = spec.kv_bytes_per_token(kv, tp)
+    if isinstance(spec, SlidingWindowSpec):
+        return VllmLayerSpec("sliding_window", bpt, window_tokens=spec.sliding_window)
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        return VllmLayerSpec("chunked_local", bpt, window_tokens=spec.attention_chunk_size)
+    if isinstance(spec, MLASpec):
+        return VllmLayerSpec("mla", bpt)
+    return VllmLayerSpec("full_attention", bpt)
+
+
+def _attention_block_size(specs: list[VllmLayerSpec], block_size: int, user_set: bool) -> int:
+    """Mamba hybrids: the attention block grows until one page holds one Mamba state.
+
+    Nemotron-H-like: state 2,134,016 B, attention 4,096 B/token -> 16 x cdiv(2,134,016, 16 x 4,096) = 528.
+    """
+    states = [s.state_bytes for s in specs if s.kind == "mamba"]
+    attn = [s.bytes_per_token for s in specs if s.kind != "mamba"]
+    if not states or not attn:
+        return block_size
+    per_token = max(attn)
+    needed = KERNEL_BLOCK_ALIGNMENT * cdiv(max(states), KERNEL_BLOCK_ALIGNMENT * per_token)
+    return needed if (not user_set or block_size < needed) else block_size
+
+
+def kv_cache_layout(specs: list[VllmLayerSpec], block_size: int, *, block_size_set: bool = True) -> KvCacheLayout:
+    """Group one rank's layers as get_kv_cache_groups does, and unify the page."""
+    if not specs:
+        raise InputError("the model has no layer with a KV cache on this rank; vLLM allocates no blocks")
+    block = _attention_block_size(specs, block_size, block_size_set)
+    by_key: dict[tuple, list[VllmLayerSpec]] = {}
+    for s in specs:
+        by_key.setdefault(s.key(), []).append(s)
+    pages = {k: (v[0].state_bytes if v[0].kind == "mamba" else v[0].bytes_per_token * block) for k, v in by_key.items()}
+    page = max(pages.values())  # Mamba pages are padded up to the attention page
+    counts = [len(v) for v in by_key.values()]
+    attn_pages = {p for k, p in pages.items() if by_key[k][0].kind != "mamba"}
+    if len(by_key) == 1:
+        s = specs[0]
+        return KvCacheLayout((KvGroup(s.kind, len(specs), s.window_tokens, s.bytes_per_token, s.state_bytes),),
+                             len(specs), block, page)
+    if len(attn_pages) > 1 or any(page % p for p in attn_pages):
+        raise InputError(
+            "layers with different KV page sizes on one rank; vLLM cannot unify them (--block-size or "
+            "--kv-cache-dtype may help)"
+        )
+    # Groups of equal size: the smallest kind's layer count, or the largest when they are within 1.5x
+    # (gpt-oss-20b: 12 sliding + 12 full -> 2 groups of 12; Gemma-3-4B: 5 full + 29 sliding -> size 5,
+    # 1 + 6 groups, the last sliding group padded by one layer).
+    group_size = min(counts)
+    if max(counts) < min(counts) * 1.5:
+        group_size = max(counts)
+    groups: list[KvGroup] = []
+    for members in by_key.values():
+        n_groups = cdiv(len(members), group_size)
+        s = members[0]
+        for i in range(n_groups):
+            groups.append(KvGroup(s.kind, len(members[i::n_groups]), s.window_tokens, s.bytes_per_token, s.state_bytes))
+    return KvCacheLayout(tuple(groups), group_size, block, page)

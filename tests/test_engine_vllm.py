@@ -1,0 +1,179 @@
+"""The vLLM engine model: vLLM's own worked numbers, its block/group math, start-up failure, and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvplan.engines.vllm import VllmFlags, plan_vllm
+from kvplan.engines.vllm_kv import VllmLayerSpec, kv_cache_layout
+from kvplan.engines.vllm_memory import padded_vocab, rotary_cache_bytes
+from kvplan.errors import InputError
+from kvplan.gpus import H100_SXM_CUDA_TOTAL_BYTES, find_gpu
+from kvplan.resolve import resolve_model
+from kvplan.units import GiB, MiB
+from tests.conftest import run_cli
+
+H100 = find_gpu("H100")
+
+
+def _model(name: str):
+    return resolve_model(name, offline=True).model
+
+
+def _llama(**kw):
+    flags = dict(max_model_len=8192, gpu_memory_utilization=0.95, version="0.19")
+    flags.update(kw)
+    return plan_vllm(_model("meta-llama/Llama-3.1-8B-Instruct"), VllmFlags(**flags), H100)
+
+
+def test_llama_8b_h100_095_matches_vllm_log():
+    # vLLM 0.19.0 logs 58.11 GiB available and 476,016 tokens (29,751 blocks). requested = ceil(0.95 x
+    # 85,028,372,480) = 80,776,953,856 B; weights = 8,030,261,248 params x 2 B + 32 MiB rotary cache =
+    # 14.99 GiB; activation 1.87 GiB (sampler term), non-torch 0.25 GiB -> 58.12 GiB.
+    r = _llama()
+    assert r.requested_bytes == 80_776_953_856
+    assert abs(r.available_kv_cache_bytes / GiB - 58.11) < 0.02
+    assert r.kv_cache_tokens % 16 == 0
+    assert abs(r.kv_cache_tokens - 476_016) / 476_016 < 0.001
+    assert "Available KV cache memory: 58.1" in "\n".join(r.log_lines)
+
+
+def test_llama_weights_include_rotary_cache():
+    # 131,072 positions x 128 rotary dims x 2 B = 32 MiB: the gap between parameters and vLLM's 14.99 GiB.
+    m = _model("meta-llama/Llama-3.1-8B-Instruct")
+    assert rotary_cache_bytes(m, 2) == 32 * MiB
+    assert round(_llama().stages[0].memory.weights_bytes / GiB, 2) == 14.99
+
+
+def test_given_kv_memory_block_math_is_exact():
+    # Page per layer: 16 tokens x 8 KV heads x 128 x (K + V) x 2 B = 65,536 B; 32 layers -> 2 MiB per block.
+    # 58.11 GiB = 59,504.64 MiB -> 29,752 blocks -> 476,032 tokens (vLLM: 476,016 from 58.1097... GiB).
+    r = _llama(kv_cache_memory_bytes=round(58.11 * GiB))
+    assert r.stages[0].layout.bytes_per_block == 2 * MiB
+    assert r.num_blocks == 29_752
+    assert r.kv_cache_tokens == 476_032
+    assert r.blocks_per_request == 512  # cdiv(8192, 16)
+    assert f"{r.max_concurrency:.2f}" == "58.11"
+
+
+def test_fp8_kv_doubles_tokens_for_the_same_memory():
+    auto = _llama(kv_cache_memory_bytes=40 * GiB)
+    fp8 = _llama(kv_cache_memory_bytes=40 * GiB, kv_cache_dtype="fp8")
+    # 40 GiB / 2 MiB = 20,480 blocks; fp8 halves the page -> 40,960.
+    assert auto.num_blocks == 20_480 and fp8.num_blocks == 40_960
+    assert fp8.kv_cache_tokens == 2 * auto.kv_cache_tokens
+
+
+@pytest.mark.parametrize("tp", [4, 8])
+def test_qwen25_7b_holds_one_kv_head_per_gpu(tp):
+    # 4 KV heads: tp=4 -> 1 per GPU; tp=8 -> still 1 (replicated). Page = 16 x 1 x 128 x 2 x 2 B = 8,192 B;
+    # 28 layers -> 229,376 B per block.
+    r = plan_vllm(_model("Qwen/Qwen2.5-7B-Instruct"), VllmFlags(max_model_len=8192, tensor_parallel_size=tp,
+                                                               kv_cache_memory_bytes=GiB), H100)
+    assert r.stages[0].layout.page_bytes == 8192
+    assert r.stages[0].layout.bytes_per_block == 229_376
+
+
+def test_vocab_padding_to_64():
+    assert padded_vocab(49_155) == 49_216 and padded_vocab(128_256) == 128_256
+
+
+def test_gemma3_groups_and_blocks_per_request():
+    # Gemma-3-4B: 34 layers, 5 full + 29 sliding (window 1,024). Group size 5: 1 full group + cdiv(29, 5) = 6
+    # sliding groups. At L = T = 8,192: full 512 blocks, each sliding group cdiv(min(1023 + 8192, 8192), 16) + 1
+    # = 513 -> 512 + 6 x 513 = 3,590 (vLLM: 204,817 blocks / 3,590 = 57.05x).
+    r = plan_vllm(_model("google/gemma-3-4b-it"), VllmFlags(max_model_len=8192, kv_cache_memory_bytes=GiB,
+                                                          version="0.19"), H100)
+    layout = r.stages[0].layout
+    assert layout.group_size == 5
+    assert len(layout.groups) == 7
+    assert layout.blocks_per_request(8192, 8192) == 3590
+    # 0.19 reports num_blocks // 7 groups x 16 tokens.
+    assert r.kv_cache_tokens == r.num_blocks // 7 * 16
+
+
+def test_gpt_oss_two_equal_groups():
+    r = plan_vllm(_model("openai/gpt-oss-20b"), VllmFlags(max_model_len=8192, kv_cache_memory_bytes=GiB), H100)
+    layout = r.stages[0].layout
+    assert (layout.group_size, len(layout.groups)) == (12, 2)
+    # full 512 + sliding (window 128) cdiv(127 + 8192, 16) capped at 8192 -> 512 + 1 = 513.
+    assert layout.blocks_per_request(8192, 8192) == 1025
+
+
+def test_layout_pads_uneven_groups_within_one_and_a_half():
+    # 8 full + 9 sliding: 9 < 8 x 1.5, so both kinds form one group of 9 (the full group padded).
+    specs = [VllmLayerSpec("full_attention", 512)] * 8 + [VllmLayerSpec("sliding_window", 512, 128)] * 9
+    layout = kv_cache_layout(specs, 16)
+    assert layout.group_size == 9 and len(layout.groups) == 2
+
+
+def test_startup_failure_message_and_largest_max_model_len():
+    # 4 GiB of KV: 2,048 blocks of 2 MiB; 131,072 tokens need 8,192 blocks (16 GiB) -> vLLM refuses and
+    # estimates 2,048 x 16 = 32,768 tokens.
+    r = _llama(max_model_len=131072, kv_cache_memory_bytes=4 * GiB)
+    assert r.startup_error.startswith(
+        "To serve at least one request with the models's max seq len (131072), (16.0 GiB KV cache is needed, "
+        "which is larger than the available KV cache memory (4.0 GiB). Based on the available memory, the "
+        "estimated maximum model length is 32768."
+    )
+    assert r.max_model_len_fit == 32768
+
+
+def test_current_version_defaults_and_tokens():
+    r = plan_vllm(_model("meta-llama/Llama-3.1-8B-Instruct"), VllmFlags(max_model_len=8192), H100)
+    assert r.flags.gpu_memory_utilization == 0.92
+    assert (r.flags.max_num_batched_tokens, r.flags.max_num_seqs) == (8192, 1024)
+    assert r.kv_cache_tokens == int(r.max_concurrency * 8192)
+    assert r.cudagraph_bytes > 0
+
+
+def test_small_gpu_defaults():
+    r = plan_vllm(_model("meta-llama/Llama-3.2-1B-Instruct"), VllmFlags(max_model_len=4096), find_gpu("L4"))
+    assert (r.flags.max_num_batched_tokens, r.flags.max_num_seqs) == (2048, 256)
+
+
+def test_pipeline_parallel_takes_the_minimum_over_stages():
+    r = _llama(pipeline_parallel_size=2)
+    assert r.stages[1].memory.runs_sampler and not r.stages[0].memory.runs_sampler
+    assert r.num_blocks == min(s.num_blocks for s in r.stages)
+    assert r.limiting_stage == 1
+
+
+def test_bad_flags():
+    with pytest.raises(InputError, match="vllm-version"):
+        _llama(version="0.1")
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in _llama(max_model_len=10**7).startup_error
+
+
+def test_h100_total_is_the_logged_one():
+    assert H100.total_memory_bytes == H100_SXM_CUDA_TOTAL_BYTES
+
+
+def test_cli_json_top_level(runner):
+    result = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "8192", "--gpu", "H100",
+                     "--gpu-memory-utilization", "0.95", "--vllm-version", "0.19", "--offline", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["engine"] == "vllm"
+    assert abs(data["available_kv_cache_bytes"] / GiB - 58.11) < 0.02
+    assert abs(data["kv_cache_tokens"] - 476_016) < 500
+    assert abs(data["max_concurrency"] - 58.11) < 0.05
+    assert data["gpus"][0]["engine"]["log_lines"]
+
+
+def test_cli_prints_vllm_lines_and_failure(runner):
+    result = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "131072", "--gpu", "H100",
+                     "--kv-cache-memory-bytes", "4GiB", "--offline")
+    assert result.exit_code == 1, result.output
+    assert "To serve at least one request" in result.stdout
+    assert "try --max-model-len 32768" in result.stdout
+
+
+def test_cli_generic_engine_keeps_fixed_overhead(runner):
+    result = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "8192", "--gpu", "H100",
+                     "--engine", "generic", "--offline", "--json")
+    data = json.loads(result.stdout)
+    assert data["gpus"][0]["overhead_bytes"] == 2 * GiB
+    assert data["kv_cache_tokens"] is None
