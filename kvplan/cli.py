@@ -180,3 +180,8 @@ def main() -> None:
     except KvplanError as exc:  # raised outside a command (e.g. while parsing options)
         raise SystemExit(report_error(exc)) from None
 
+
+# Commands that live in their own packages (their modules import nothing heavy at load time).
+from kvplan.check.run import check as _check  # noqa: E402
+
+app.command("check")(handle_errors(_check))

@@ -80,11 +80,16 @@ def looks_like_repo_id(text: str) -> bool:
     return not Path(text).expanduser().exists()
 
 
-def fetch_model_files(repo_id: str, *, revision: str | None = None, token: str | None = None) -> HubFiles:
-    """Download (or read from the cache) a repo's config.json, or Meta's params.json, and hf_quant_config.json."""
+def fetch_model_files(
+    repo_id: str, *, revision: str | None = None, token: str | None = None, offline: bool = False
+) -> HubFiles:
+    """Download (or read from the cache) a repo's config.json, or Meta's params.json, and hf_quant_config.json.
+
+    offline=True (kvplan's --offline) reads the cache only, as HF_HUB_OFFLINE does.
+    """
     request = _request(repo_id, revision, token)
     with _quiet_progress_bars():
-        if _offline_mode():
+        if offline or _offline_mode():
             return _files_from_cache(request, unreachable=None)
         try:
             return _files_from_hub(request)
@@ -223,8 +228,8 @@ def _files_from_cache(request: _Request, unreachable: HubError | None) -> HubFil
         raise unreachable
     raise _hub_error(
         "offline",
-        f"{request.repo_id} (revision {request.revision}) is not in the local cache and HF_HUB_OFFLINE is set; "
-        "unset HF_HUB_OFFLINE to download it once",
+        f"{request.repo_id} (revision {request.revision}) is not in the local cache and kvplan is offline "
+        "(--offline or HF_HUB_OFFLINE); run once online to cache its config",
     )
 
 

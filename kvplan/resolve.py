@@ -98,7 +98,7 @@ def resolve_model(
     from kvplan import hub  # the only module that touches the network (huggingface_hub loads on first call)
 
     try:
-        files = hub.fetch_model_files(repo_id, revision=revision, token=token)
+        files = hub.fetch_model_files(repo_id, revision=revision, token=token, offline=offline)
     except HubError as exc:
         if entry is None:
             hint = library.suggestions(repo_id)

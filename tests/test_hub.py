@@ -189,9 +189,16 @@ def test_offline_without_cache(hub_env: HubEnv) -> None:
     error = hub_error(fetch_model_files, "org/public")
     assert error.reason == "offline"
     assert str(error) == (
-        "org/public (revision main) is not in the local cache and HF_HUB_OFFLINE is set;"
-        " unset HF_HUB_OFFLINE to download it once"
+        "org/public (revision main) is not in the local cache and kvplan is offline"
+        " (--offline or HF_HUB_OFFLINE); run once online to cache its config"
     )
+    assert hub_env.hub.requests == []
+
+
+def test_offline_flag_never_touches_the_network(hub_env: HubEnv) -> None:
+    # HF_HUB_OFFLINE is unset (hub_env is online), but kvplan's --offline asks for the cache only.
+    hub_env.hub.add_repo("org/public", {"config.json": LLAMA_CONFIG})
+    assert hub_error(fetch_model_files, "org/public", offline=True).reason == "offline"
     assert hub_env.hub.requests == []
 
 

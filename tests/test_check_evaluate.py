@@ -1,0 +1,116 @@
+"""`kvplan check` end to end: verdicts, figures, margins, fixes and exit codes over deployment files."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from kvplan.check.model import VERDICTS
+from kvplan.units import GiB
+from tests.conftest import REFERENCE, REPO, run_cli
+from tests.conftest_hub import HubEnv
+
+FIXTURES = REPO / "tests" / "fixtures"
+# Llama-3.1-8B: 32 layers * 8 KV heads * 128 dims * 2 (K, V) * 2 B = 131,072 B per token in bf16.
+LLAMA31_8B_BYTES_PER_TOKEN = 32 * 8 * 128 * 2 * 2
+
+
+def check_json(runner, *args: str) -> tuple[int, list[dict]]:
+    result = run_cli(runner, "check", *args, "--offline", "--format", "json")
+    assert result.exit_code in (0, 1, 2), result.output
+    data = json.loads(result.stdout)
+    assert data["exit_code"] == result.exit_code
+    return result.exit_code, data["results"]
+
+
+def test_engine_refuses_to_start(runner):
+    code, [r] = check_json(runner, str(FIXTURES / "check" / "vllm-l4-refused.yaml"))
+    assert code == 1 and r["verdict"] == "does_not_fit"
+    # One request of 131,072 tokens = 8,192 blocks of 16 tokens at 131,072 B per token = 16 GiB.
+    assert r["kv_needed_bytes"] == 131072 * LLAMA31_8B_BYTES_PER_TOKEN == 16 * GiB
+    assert r["reason"].startswith("To serve at least one request with the models's max seq len (131072), (16.0 GiB")
+    assert r["kv_available_bytes"] < r["kv_needed_bytes"]
+    fit_len = int(re.search(r"lower --max-model-len to (\d+)", r["fix"]).group(1))
+    assert fit_len * LLAMA31_8B_BYTES_PER_TOKEN <= r["kv_available_bytes"]  # the fix fits
+    assert (fit_len + 32) * LLAMA31_8B_BYTES_PER_TOKEN > r["kv_available_bytes"]  # and is the longest that does
+
+
+def test_fits_with_flag_equals_value(runner):
+    code, [r] = check_json(runner, str(FIXTURES / "check" / "vllm-h100-fits.yaml"))
+    assert code == 0 and r["verdict"] == "fits"
+    assert r["kv_needed_bytes"] == 32768 * LLAMA31_8B_BYTES_PER_TOKEN == 4 * GiB
+    assert r["max_num_seqs"] == 64
+    assert r["margin"] == pytest.approx(1 - r["kv_needed_bytes"] / r["kv_available_bytes"], abs=1e-4)
+
+
+def test_too_few_gpus_for_tp(runner):
+    code, [r] = check_json(runner, str(FIXTURES / "check" / "vllm-gpus-short.yaml"))
+    assert code == 1 and r["verdict"] == "does_not_fit"
+    assert "tp x pp = 4 GPUs but only 2 requested" in r["reason"]
+
+
+def test_concurrency_target_and_margin(runner):
+    code, (eight, four) = check_json(runner, str(FIXTURES / "check" / "kvplan-concurrency.yaml"))
+    # fp8 KV: 65,536 B per token. 8 requests * 65,536 tokens = 32 GiB; 4 requests = 16 GiB.
+    assert eight["kv_needed_bytes"] == 8 * 65536 * 65536 == 32 * GiB and eight["verdict"] == "fits"
+    assert four["kv_needed_bytes"] == 16 * GiB and four["verdict"] == "fits"
+    assert four["meets_min_margin"] is False and four["required_margin"] == 0.8
+    assert code == 1  # a deployment below its required margin fails the job
+    fit_len = int(re.search(r"lower --max-model-len to (\d+)", four["fix"]).group(1))
+    assert 4 * fit_len * 65536 <= 0.2 * four["kv_available_bytes"] < 4 * (fit_len + 16) * 65536
+
+
+def test_min_margin_flag(runner):
+    fixture = str(FIXTURES / "check" / "vllm-h100-fits.yaml")
+    assert run_cli(runner, "check", fixture, "--offline", "--min-margin", "0.5").exit_code == 0
+    assert run_cli(runner, "check", fixture, "--offline", "--min-margin", "0.99").exit_code == 1
+
+
+def test_missing_gpu_cannot_be_evaluated(runner):
+    code, [r] = check_json(runner, str(FIXTURES / "deploy" / "missing-gpu.yaml"))
+    assert code == 2 and r["verdict"] == "cannot_evaluate"
+    assert "kvplan.io/gpu" in r["reason"]
+    code, [r] = check_json(runner, str(FIXTURES / "deploy" / "missing-gpu.yaml"), "--gpu", "H100-80GB")
+    assert code == 0 and r["verdict"] == "fits"
+
+
+def test_sglang_and_tgi_are_evaluated(runner):
+    _, [sgl] = check_json(runner, str(FIXTURES / "deploy" / "sglang.yaml"))
+    assert sgl["verdict"] in ("fits", "does_not_fit") and "max_total_num_tokens=" in sgl["engine_lines"][0]
+    _, [tgi] = check_json(runner, str(FIXTURES / "deploy" / "tgi.yaml"))
+    assert tgi["verdict"] in ("fits", "does_not_fit") and tgi["kv_available_bytes"] > 0
+
+
+def test_github_annotation_points_at_the_line(runner):
+    fixture = FIXTURES / "check" / "vllm-l4-refused.yaml"
+    result = run_cli(runner, "check", str(fixture), "--offline", "--format", "github")
+    assert result.exit_code == 1
+    assert result.stdout.startswith(f"::error file={fixture},line=")
+    assert "does not fit" in result.stdout
+
+
+def test_offline_never_asks_the_hub(runner, hub_env: HubEnv, tmp_path):
+    manifest = (FIXTURES / "check" / "vllm-h100-fits.yaml").read_text().replace(
+        "meta-llama/Llama-3.1-8B-Instruct", "someorg/not-in-library"
+    )
+    (tmp_path / "d.yaml").write_text(manifest)
+    code, [r] = check_json(runner, str(tmp_path / "d.yaml"))
+    assert code == 2 and "offline" in r["reason"]
+    assert hub_env.hub.requests == []
+
+
+DEPLOY_FILES = REFERENCE / "deploy-files"
+
+
+@pytest.mark.skipif(not DEPLOY_FILES.is_dir(), reason="../shared/reference/deploy-files is not beside this checkout")
+def test_every_real_deployment_file_is_evaluated_or_refused_with_a_reason(runner):
+    code, results = check_json(runner, str(DEPLOY_FILES))
+    files = {r["file"] for r in results}
+    assert len(files) == len(list(DEPLOY_FILES.glob("*.yaml")))  # every file reported
+    for r in results:
+        assert r["verdict"] in VERDICTS
+        if r["verdict"] != "fits":
+            assert r["reason"], r
+    assert {"fits", "does_not_fit", "cannot_evaluate"} <= {r["verdict"] for r in results}
