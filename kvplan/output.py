@@ -31,7 +31,7 @@ def stderr_console() -> Console:
 
 def _width() -> int | None:
     # Wide enough for the tables when output is piped (CI logs, README captures).
-    return None if sys.stdout.isatty() else 120
+    return None if sys.stdout.isatty() else 160
 
 
 @dataclass

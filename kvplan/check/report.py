@@ -9,6 +9,7 @@ The required margin of a deployment is the larger of `--min-margin` and its own 
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from typing import Any
@@ -179,11 +180,21 @@ def render_junit(results: Sequence[CheckResult], *, min_margin: float | None = N
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
+def _short_location(req) -> str:
+    """file:line relative to the working directory when that is shorter (tables are read in CI logs)."""
+    try:
+        rel = os.path.relpath(req.location.file)
+    except ValueError:  # another drive on Windows
+        rel = req.location.file
+    path = rel if len(rel) < len(req.location.file) else req.location.file
+    return f"{path}:{req.location.line}"
+
+
 def render_human(results: Sequence[CheckResult], console: Console, *, min_margin: float | None = None) -> None:
     """A table of every deployment, then the reason and fix of each one that does not pass."""
     table = Table(title="kvplan check", show_lines=False)
-    for column in ("where", "deployment", "model", "GPU x n", "tp/pp", "max-model-len", "KV needed / available",
-                   "concurrency / max-num-seqs", "margin", "verdict"):
+    for column in ("where", "deployment", "model", "GPU x n (tp/pp)", "max len", "KV needed / available",
+                   "conc. / max seqs", "margin", "verdict"):
         table.add_column(column, overflow="fold")
     for result in results:
         req = result.request
@@ -200,10 +211,10 @@ def render_human(results: Sequence[CheckResult], console: Console, *, min_margin
         else:
             verdict = "[yellow]cannot evaluate[/yellow]"
         table.add_row(
-            escape(str(req.location)), escape(req.name), escape(req.model or "?"),
-            escape(f"{req.gpu or '?'} x {req.num_gpus if req.num_gpus is not None else '?'}"),
-            f"{req.tensor_parallel_size}/{req.pipeline_parallel_size}",
-            str(req.max_model_len) if req.max_model_len is not None else "model default", kv, concurrency,
+            escape(_short_location(req)), escape(req.name), escape(req.model or "?"),
+            escape(f"{req.gpu or '?'} x {req.num_gpus if req.num_gpus is not None else '?'} "
+                   f"({req.tensor_parallel_size}/{req.pipeline_parallel_size})"),
+            str(req.max_model_len) if req.max_model_len is not None else "default", kv, concurrency,
             f"{result.margin:.1%}" if result.margin is not None else "-", verdict,
         )
     console.print(table)
