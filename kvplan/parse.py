@@ -15,7 +15,7 @@ from typing import Any
 
 from kvplan import params as params_mod
 from kvplan import quant as quant_mod
-from kvplan.dtypes import normalize_weight_dtype
+from kvplan.dtypes import normalize_weight_dtype, serving_dtype, weight_dtype_bytes
 from kvplan.errors import ConfigError, InputError
 from kvplan.specs import (
     ChunkedLocalAttentionSpec,
@@ -55,6 +55,10 @@ _SIZING_KEYS = frozenset(
     "sliding_window max_position_embeddings attention_chunk_size num_kv_shared_layers".split()
 )
 
+# The text model a multimodal config nests under text_config when the nested dict names no model_type.
+_TEXT_TYPES = {"gemma3": "gemma3_text", "gemma3n": "gemma3n_text", "llama4": "llama4_text", "mistral3": "mistral",
+               "llava": "llama", "llava_next": "llama"}
+
 _LAYER_TYPE_NAMES = {
     "full_attention": "full",
     "attention": "full",
@@ -66,6 +70,15 @@ _LAYER_TYPE_NAMES = {
     "linear_attention": "linear",
     "mamba": "mamba",
 }
+
+
+# Sanity limits: a config value beyond these is a corrupt file, not a model (the largest models have ~130
+# layers and widths below 2**20), and planning a billion layers would only exhaust memory.
+_COUNT_KEYS = frozenset(
+    "num_hidden_layers n_layer num_layers n_layers depth altup_num_inputs num_kv_shared_layers".split()
+)
+_MAX_COUNT = 100_000
+_MAX_SIZE = 1 << 48
 
 
 @lru_cache(maxsize=1)
@@ -115,6 +128,9 @@ class _Cfg:
             raise ConfigError(self.key(name), f"must be an integer, got {value!r}", self.source)
         if int(value) < minimum:
             raise ConfigError(self.key(name), f"must be >= {minimum}, got {value!r}", self.source)
+        limit = _MAX_COUNT if name in _COUNT_KEYS else _MAX_SIZE
+        if int(value) > limit:
+            raise ConfigError(self.key(name), f"is implausibly large ({value!r} > {limit:,})", self.source)
         return int(value)
 
     def bool(self, name: str, default: bool) -> bool:
@@ -132,6 +148,20 @@ class _Cfg:
         if not isinstance(value, str):
             raise ConfigError(self.key(name), f"must be a string, got {value!r}", self.source)
         return value
+
+    def list_int(self, name: str, length: int, minimum: int = 1) -> list[int]:
+        """An integer, or a per-layer list of `length` integers (Gemma 3n's intermediate_size)."""
+        _, value = self.raw_value(name)
+        if not isinstance(value, list):
+            return [self.int(name, minimum=minimum)] * length
+        if len(value) != length:
+            raise ConfigError(self.key(name), f"has {len(value)} entries for {length} layers", self.source)
+        out = []
+        for i, item in enumerate(value):
+            if isinstance(item, bool) or not isinstance(item, int) or not minimum <= item <= _MAX_SIZE:
+                raise ConfigError(f"{self.key(name)}[{i}]", f"must be an integer >= {minimum}, got {item!r}", self.source)
+            out.append(item)
+        return out
 
     def list(self, name: str) -> list | None:
         _, value = self.raw_value(name)
@@ -212,7 +242,7 @@ def parse_config(
             raise ConfigError("text_config", "must be a JSON object", source)
     text_type = text_raw.get("model_type") if prefix else top_type
     if prefix and not text_type:
-        text_type = {"gemma3": "gemma3_text", "llama4": "llama4_text", "mistral3": "mistral"}.get(top_type or "")
+        text_type = _TEXT_TYPES.get(top_type or "")
     if text_type is not None and not isinstance(text_type, str):
         raise ConfigError(f"{prefix}model_type", f"must be a string, got {text_type!r}", source)
     # Class defaults fill absent keys in a nested text_config (Gemma 3 omits vocab_size); in a top-level
@@ -236,15 +266,19 @@ def parse_config(
     num_layers = cfg.int("num_hidden_layers", "n_layer", "num_layers", "n_layers")
     num_heads = cfg.int("num_attention_heads", "n_head", "num_heads", "n_heads")
     head_dim = _head_dim(cfg, hidden, num_heads)
-    num_kv_heads = _num_kv_heads(cfg, model_type, num_heads)
-    if num_kv_heads > num_heads or num_heads % num_kv_heads:
-        raise ConfigError(
-            cfg.key("num_key_value_heads"),
-            f"{num_kv_heads} KV heads do not divide {num_heads} attention heads",
-            source,
-        )
+    kv_by_layer = _kv_heads_by_layer(cfg, model_type, num_heads, num_layers)
+    for kv in sorted(set(kv_by_layer)):
+        if kv > num_heads or num_heads % kv:
+            raise ConfigError(
+                cfg.key("num_key_value_heads"),
+                f"{kv} KV heads do not divide {num_heads} attention heads",
+                source,
+            )
+    num_kv_heads = max(kv_by_layer)
 
-    layers = _layer_specs(cfg, model_type, str(text_type), num_layers, num_kv_heads, head_dim, notes)
+    kinds = _layer_kinds(cfg, model_type, str(text_type), num_layers, notes)
+    shared = _num_kv_shared(cfg, num_layers)
+    layers = _layer_specs(cfg, model_type, kinds, kv_by_layer, head_dim, shared, hidden)
 
     dtype_raw = raw.get("torch_dtype") or raw.get("dtype") or text_raw.get("torch_dtype") or text_raw.get("dtype")
     config_dtype: str | None = None
@@ -261,9 +295,21 @@ def parse_config(
     max_pos = cfg.int(
         "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx", required=False
     )
-    intermediate = _intermediate(cfg)
-    quant = quant_mod.parse_quant(raw.get("quantization_config"), hf_quant_config, source)
-    groups = params_mod.count_params(raw, cfg_reader=cfg, text_type=str(text_type), model_type=model_type)
+    intermediate = _intermediate(cfg, num_layers)
+    quant = quant_mod.parse_quant(
+        raw.get("quantization_config"), hf_quant_config, source, weight_dtype_bytes(serving_dtype(config_dtype))
+    )
+    vision = _vision_cfg(raw, source, notes)
+    param_kinds = [("shared" if isinstance(spec, SharedKVSpec) else k) for k, spec in zip(kinds, layers)]
+    groups = params_mod.count_params(
+        raw,
+        cfg_reader=cfg,
+        text_type=str(text_type),
+        model_type=model_type,
+        kinds=param_kinds,
+        excluded=quant_mod.exclusion_predicate(quant),
+        vision=vision,
+    )
     sized = sorted({cfg.key(k) for k in cfg.defaulted if k in _SIZING_KEYS})
     if sized:
         notes.append(f"{text_type} class defaults used for absent keys: " + ", ".join(sized))
@@ -295,8 +341,11 @@ def parse_config(
 
 
 def _tied(raw: dict, cfg: _Cfg) -> bool:
-    if "tie_word_embeddings" in raw and raw["tie_word_embeddings"] is not None:
-        return bool(raw["tie_word_embeddings"])
+    value = raw.get("tie_word_embeddings")
+    if value is not None:
+        if not isinstance(value, bool):
+            raise ConfigError("tie_word_embeddings", f"must be true or false, got {value!r}", cfg.source)
+        return value
     return cfg.bool("tie_word_embeddings", True)
 
 
@@ -304,10 +353,11 @@ def _num_experts(cfg: _Cfg) -> int | None:
     return cfg.int("num_local_experts", "num_experts", "n_routed_experts", required=False, minimum=0)
 
 
-def _intermediate(cfg: _Cfg) -> int | None:
+def _intermediate(cfg: _Cfg, num_layers: int) -> int | None:
+    """The MLP width; the widest layer's where the config lists one per layer (Gemma 3n)."""
     name, value = cfg.raw_value("intermediate_size", "ffn_dim", "n_inner")
     if isinstance(value, list):
-        return max(int(v) for v in value) if value else None
+        return max(cfg.list_int(name, num_layers))
     if value is None:
         return None
     return cfg.int(name)
@@ -325,6 +375,51 @@ def _head_dim(cfg: _Cfg, hidden: int, num_heads: int) -> int:
             cfg.source,
         )
     return hidden // num_heads
+
+
+def _kv_heads_by_layer(cfg: _Cfg, model_type: str, num_heads: int, num_layers: int) -> list[int]:
+    """KV heads of each layer: a list-valued num_key_value_heads gives one per layer, else one for all."""
+    _, value = cfg.raw_value("num_key_value_heads")
+    if isinstance(value, list):
+        return cfg.list_int("num_key_value_heads", num_layers)
+    return [_num_kv_heads(cfg, model_type, num_heads)] * num_layers
+
+
+def _num_kv_shared(cfg: _Cfg, num_layers: int) -> int:
+    shared = cfg.int("num_kv_shared_layers", required=False, minimum=0) or 0
+    if shared >= num_layers:
+        raise ConfigError(
+            cfg.key("num_kv_shared_layers"), f"{shared} shared layers leave none of {num_layers} to own KV", cfg.source
+        )
+    return shared
+
+
+def _vision_cfg(raw: dict, source: str, notes: list[str]) -> _Cfg | None:
+    """A reader over vision_config with its class defaults, or None when the config has no vision tower."""
+    if raw.get("audio_config") is not None:
+        notes.append(
+            f"the audio encoder of {raw.get('model_type')} is not sized: weight bytes leave it out "
+            "(use --weights-from-hub for exact bytes)"
+        )
+    vision = raw.get("vision_config")
+    if vision is None:
+        return None
+    if not isinstance(vision, dict):
+        raise ConfigError("vision_config", f"must be a JSON object, got {type(vision).__name__}", source)
+    vtype = vision.get("model_type")
+    if vtype is not None and not isinstance(vtype, str):
+        raise ConfigError("vision_config.model_type", f"must be a string, got {vtype!r}", source)
+    top = raw.get("model_type")
+    # The vision config class each sized tower uses, for the defaults of keys its vision_config omits.
+    known = {"gemma3": "siglip_vision_model", "llama4": "llama4_vision_model", "qwen2_5_vl": "qwen2_5_vl_vision"}
+    vtype = vtype or known.get(str(top))
+    if str(top) not in params_mod.VISION_TOWERS:
+        notes.append(
+            f"the vision tower of {top} is not sized: weight bytes cover the text model only "
+            "(use --weights-from-hub for exact bytes)"
+        )
+        return None
+    return _Cfg(vision, "vision_config.", source, dict(_hf_defaults().get(vtype or "", {})))
 
 
 def _num_kv_heads(cfg: _Cfg, model_type: str, num_heads: int) -> int:
@@ -350,7 +445,7 @@ def _num_kv_heads(cfg: _Cfg, model_type: str, num_heads: int) -> int:
 
 
 def _layer_kinds(cfg: _Cfg, model_type: str, text_type: str, num_layers: int, notes: list[str]) -> list[str]:
-    """One kind name per layer: 'full', 'sliding', 'chunked', 'linear', 'mamba', 'none', 'mla'."""
+    """One kind name per layer: 'full', 'sliding', 'chunked', 'linear', 'mamba', 'mamba1', 'none', 'mla'."""
     if cfg.has("kv_lora_rank"):
         return ["mla"] * num_layers
 
@@ -369,18 +464,25 @@ def _layer_kinds(cfg: _Cfg, model_type: str, text_type: str, num_layers: int, no
             raise ConfigError(cfg.key("hybrid_override_pattern"), f"has unknown layer codes {bad}", cfg.source)
         return [table[c] for c in pattern]
 
+    if model_type == "jamba":
+        # Jamba: layer i is attention when i % attn_layer_period == attn_layer_offset, Mamba (v1) otherwise.
+        period = cfg.int("attn_layer_period")
+        offset = cfg.int("attn_layer_offset", minimum=0)
+        if offset >= period:
+            raise ConfigError(cfg.key("attn_layer_offset"), f"{offset} must be below attn_layer_period {period}",
+                              cfg.source)
+        attn = "sliding" if cfg.int("sliding_window", required=False) else "full"
+        return [attn if i % period == offset else "mamba1" for i in range(num_layers)]
+
+    if model_type == "granitemoehybrid":
+        # Granite 4: layer_types (or the older layers_block_type) names each layer mamba or attention.
+        key = "layer_types" if "layer_types" in cfg.raw else "layers_block_type"
+        names = {"mamba": "mamba", "linear_attention": "mamba", "attention": "full", "full_attention": "full"}
+        return _listed_kinds(cfg, key, num_layers, names)
+
     layer_types = cfg.list("layer_types")
     if layer_types is not None:
-        if len(layer_types) != num_layers:
-            raise ConfigError(
-                cfg.key("layer_types"), f"has {len(layer_types)} entries for {num_layers} layers", cfg.source
-            )
-        kinds = []
-        for i, t in enumerate(layer_types):
-            if t not in _LAYER_TYPE_NAMES:
-                raise ConfigError(f"{cfg.key('layer_types')}[{i}]", f"unknown layer type {t!r}", cfg.source)
-            kinds.append(_LAYER_TYPE_NAMES[t])
-        return kinds
+        return _listed_kinds(cfg, "layer_types", num_layers, _LAYER_TYPE_NAMES)
 
     interval = cfg.int("full_attention_interval", required=False)
     if interval is not None and model_type == "qwen3_next":
@@ -421,29 +523,39 @@ def _layer_kinds(cfg: _Cfg, model_type: str, text_type: str, num_layers: int, no
     return ["sliding"] * num_layers
 
 
+def _listed_kinds(cfg: _Cfg, key: str, num_layers: int, names: dict[str, str]) -> list[str]:
+    listed = cfg.list(key)
+    if listed is None:
+        raise ConfigError(cfg.key(key), "is missing; kvplan needs each layer's type", cfg.source)
+    if len(listed) != num_layers:
+        raise ConfigError(cfg.key(key), f"has {len(listed)} entries for {num_layers} layers", cfg.source)
+    kinds = []
+    for i, t in enumerate(listed):
+        if not isinstance(t, str) or t not in names:
+            raise ConfigError(f"{cfg.key(key)}[{i}]", f"unknown layer type {t!r}", cfg.source)
+        kinds.append(names[t])
+    return kinds
+
+
 def _layer_specs(
     cfg: _Cfg,
     model_type: str,
-    text_type: str,
-    num_layers: int,
-    num_kv_heads: int,
+    kinds: list[str],
+    kv_by_layer: list[int],
     head_dim: int,
-    notes: list[str],
+    shared: int,
+    hidden: int,
 ) -> list[LayerSpec]:
-    kinds = _layer_kinds(cfg, model_type, text_type, num_layers, notes)
+    num_layers = len(kinds)
     v_head_dim = cfg.int("v_head_dim", required=False) if "kv_lora_rank" not in cfg.raw else None
     if v_head_dim == head_dim:
         v_head_dim = None
     window = cfg.int("sliding_window", required=False)
     chunk = cfg.int("attention_chunk_size", required=False)
-    shared = cfg.int("num_kv_shared_layers", required=False, minimum=0) or 0
-    if shared >= num_layers:
-        raise ConfigError(
-            cfg.key("num_kv_shared_layers"), f"{shared} shared layers leave none of {num_layers} to own KV", cfg.source
-        )
 
     specs: list[LayerSpec] = []
     for i, kind in enumerate(kinds):
+        kv = kv_by_layer[i]
         if shared and i >= num_layers - shared:
             specs.append(SharedKVSpec(source_layer=_shared_source(kinds, i, num_layers - shared)))
             continue
@@ -455,19 +567,21 @@ def _layer_specs(
                 )
             )
         elif kind == "full":
-            specs.append(FullAttentionSpec(num_kv_heads, head_dim, v_head_dim))
+            specs.append(FullAttentionSpec(kv, head_dim, v_head_dim))
         elif kind == "sliding":
             if window is None:
                 raise ConfigError(cfg.key("sliding_window"), "is missing but layers use sliding attention", cfg.source)
-            specs.append(SlidingWindowSpec(num_kv_heads, head_dim, v_head_dim, sliding_window=window))
+            specs.append(SlidingWindowSpec(kv, head_dim, v_head_dim, sliding_window=window))
         elif kind == "chunked":
             if chunk is None:
                 raise ConfigError(
                     cfg.key("attention_chunk_size"), "is missing but layers use chunked attention", cfg.source
                 )
-            specs.append(ChunkedLocalAttentionSpec(num_kv_heads, head_dim, v_head_dim, attention_chunk_size=chunk))
+            specs.append(ChunkedLocalAttentionSpec(kv, head_dim, v_head_dim, attention_chunk_size=chunk))
         elif kind == "mamba":
-            specs.append(_mamba2_state(cfg))
+            specs.append(_mamba2_state(cfg, model_type, hidden))
+        elif kind == "mamba1":
+            specs.append(_mamba1_state(cfg, hidden))
         elif kind == "linear":
             specs.append(_gated_deltanet_state(cfg))
         else:
@@ -494,19 +608,41 @@ def _state_dtype(cfg: _Cfg, key: str) -> str:
         raise ConfigError(cfg.key(key), f"unknown dtype {value!r}", cfg.source) from None
 
 
-def _mamba2_state(cfg: _Cfg) -> StateSpec:
+def _mamba1_state(cfg: _Cfg, hidden: int) -> StateSpec:
+    """Mamba (v1, Jamba) per-request state, as vLLM shapes it (MambaStateShapeCalculator.mamba1_state_shape).
+
+    inner = mamba_expand * hidden; conv state (inner, d_conv - 1), ssm state (inner, d_state). Jamba-v0.1:
+    inner 2 * 4096 = 8192 -> conv 8192 * 3 * 2 B = 49,152 B and ssm 8192 * 16 * 2 B = 262,144 B (bf16).
+    """
+    inner = cfg.int("mamba_expand") * hidden
+    d_state = cfg.int("mamba_d_state")
+    kernel = cfg.int("mamba_d_conv", minimum=2)
+    return StateSpec(
+        tensors=(
+            StateTensor("conv", (inner, kernel - 1), _state_dtype(cfg, "mamba_conv_cache_dtype"), 0),
+            StateTensor("ssm", (inner, d_state), _state_dtype(cfg, "mamba_ssm_cache_dtype"), 0),
+        ),
+        state_kind="mamba",
+    )
+
+
+def _mamba2_state(cfg: _Cfg, model_type: str, hidden: int) -> StateSpec:
     """Mamba2 per-request state, as vLLM shapes it (MambaStateShapeCalculator.mamba2_state_shape).
 
     conv state: (intermediate + 2 * n_groups * d_state, conv_kernel - 1) in the model dtype;
     ssm state: (num_heads, head_dim, d_state) in mamba_ssm_cache_dtype. Nemotron-3-Nano: intermediate =
     64 heads * 64 = 4096, conv (4096 + 2*8*128, 3) * 2 B = 36,864 B; ssm (64, 64, 128) * 4 B = 2,097,152 B.
+    Granite 4 names the keys mamba_n_heads / mamba_d_head / mamba_d_state / mamba_n_groups / mamba_d_conv and
+    sizes intermediate as mamba_expand * hidden_size.
     """
-    n_heads = cfg.int("mamba_num_heads")
-    m_head_dim = cfg.int("mamba_head_dim")
+    n_heads = cfg.int("mamba_num_heads", "mamba_n_heads")
+    m_head_dim = cfg.int("mamba_head_dim", "mamba_d_head")
     d_state = cfg.int("ssm_state_size", "mamba_d_state")
     n_groups = cfg.int("n_groups", "mamba_n_groups")
     kernel = cfg.int("conv_kernel", "mamba_d_conv", minimum=2)
     intermediate = n_heads * m_head_dim
+    if model_type == "granitemoehybrid":
+        intermediate = cfg.int("mamba_expand") * hidden
     conv_dim = intermediate + 2 * n_groups * d_state
     return StateSpec(
         tensors=(

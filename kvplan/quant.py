@@ -1,11 +1,15 @@
 """Checkpoint weight quantization (quantization_config, hf_quant_config.json) -> QuantSpec, and its bytes.
 
-Weight-only formats pack quantizable Linear weights and add scales (and zero points); everything the
-config leaves out (embeddings, lm_head, norms, `ignore` / `modules_to_not_convert`) stays at model dtype.
+Weight-only formats pack quantizable Linear weights and add scales (and zero points); every module the config
+leaves out (embeddings, lm_head, norms, `ignore` / `modules_to_not_convert` / `exclude_modules`) stays at the
+model dtype. Which modules are left out is decided by name, module by module, through `exclusion_predicate`.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import re
+from collections.abc import Callable
 from typing import Any
 
 from kvplan.errors import ConfigError
@@ -13,103 +17,223 @@ from kvplan.specs import ParamGroup, QuantSpec
 from kvplan.units import cdiv
 
 
-def parse_quant(qc: Any, hf_quant: dict | None, source: str) -> QuantSpec | None:
-    """Read the checkpoint's quantization; None for an unquantized checkpoint."""
-    if hf_quant and isinstance(hf_quant.get("quantization"), dict):
-        q = hf_quant["quantization"]
-        algo = str(q.get("quant_algo") or "").upper()
-        excluded = tuple(q.get("exclude_modules") or ())
-        if algo == "FP8":
-            return QuantSpec("fp8", 8, scale_bytes=4, excluded=excluded, note="ModelOpt FP8, per-tensor fp32 scales")
-        if algo == "NVFP4":
-            group = int(q.get("group_size") or 16)
-            return QuantSpec("nvfp4", 4, group_size=group, scale_bytes=1, excluded=excluded,
-                             note=f"ModelOpt NVFP4, one fp8 scale per {group} weights")
-        raise ConfigError("hf_quant_config.quantization.quant_algo", f"unsupported algorithm {algo!r}", source)
+def parse_quant(qc: Any, hf_quant: Any, source: str, dtype_bytes: int = 2) -> QuantSpec | None:
+    """Read the checkpoint's quantization; None for an unquantized checkpoint.
+
+    `dtype_bytes` is the model dtype's size: compressed-tensors stores its scales in that dtype.
+    """
+    if hf_quant is not None:
+        if not isinstance(hf_quant, dict) or not isinstance(hf_quant.get("quantization"), dict):
+            raise ConfigError("hf_quant_config.quantization", "must be a JSON object", source)
+        return _modelopt(hf_quant["quantization"], source)
     if qc is None:
         return None
     if not isinstance(qc, dict):
         raise ConfigError("quantization_config", "must be a JSON object", source)
-    method = str(qc.get("quant_method") or "").lower()
+    method = qc.get("quant_method")
+    if not isinstance(method, str):
+        raise ConfigError("quantization_config.quant_method", f"must be a string, got {method!r}", source)
+    method = method.lower()
+    skip = _patterns(qc, "modules_to_not_convert", source)
     if method == "fp8":
         block = qc.get("weight_block_size")
+        static = qc.get("activation_scheme") == "static"
         if block is not None:
-            if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
+            if not (isinstance(block, list) and len(block) == 2 and all(_pos_int(b) for b in block)):
                 raise ConfigError("quantization_config.weight_block_size", f"must be [rows, cols], got {block!r}", source)
-            return QuantSpec("fp8", 8, block_shape=(block[0], block[1]), scale_bytes=4,
-                             excluded=tuple(qc.get("modules_to_not_convert") or ()),
+            return QuantSpec("fp8", 8, block_shape=(block[0], block[1]), scale_bytes=4, excluded=skip,
                              note=f"fp8 with one fp32 scale per {block[0]}x{block[1]} block")
-        return QuantSpec("fp8", 8, scale_bytes=4, excluded=tuple(qc.get("modules_to_not_convert") or ()),
-                         note="fp8 with per-tensor fp32 scales")
+        return QuantSpec("fp8", 8, scale_bytes=8 if static else 4, excluded=skip,
+                         note="fp8 with a per-tensor fp32 weight scale" + (" and input scale" if static else ""))
     if method == "mxfp4":
-        return QuantSpec("mxfp4", 4, group_size=32, scale_bytes=1,
-                         excluded=tuple(qc.get("modules_to_not_convert") or ()),
+        # gpt-oss: MoE expert weights as 4-bit blocks of 32 with one e8m0 scale byte each; the config's
+        # modules_to_not_convert keeps attention, router, embeddings and head in bf16.
+        return QuantSpec("mxfp4", 4, group_size=32, scale_bytes=1, excluded=skip,
                          note="MXFP4: 4-bit values, one e8m0 scale byte per 32")
     if method in ("awq", "gptq"):
-        bits = qc.get("bits", qc.get("w_bit", 4))
-        group = qc.get("group_size", qc.get("q_group_size", 128))
-        if not isinstance(bits, int) or bits not in (2, 3, 4, 8):
-            raise ConfigError("quantization_config.bits", f"must be 2, 3, 4 or 8, got {bits!r}", source)
-        if not isinstance(group, int) or group == 0 or group < -1:
-            raise ConfigError("quantization_config.group_size", f"must be a positive integer or -1, got {group!r}", source)
-        return QuantSpec(method, bits, group_size=None if group == -1 else group, scale_bytes=2,
-                         zero_point_bits=bits, excluded=tuple(qc.get("modules_to_not_convert") or ()),
-                         note=f"{method.upper()} int{bits}, fp16 scale and int{bits} zero point per group of {group}")
+        return _awq_gptq(qc, method, skip, source)
     if method == "compressed-tensors":
-        return _compressed_tensors(qc, source)
-    if method in ("bitsandbytes",):
-        bits = 4 if qc.get("load_in_4bit") else 8
-        return QuantSpec("bitsandbytes", bits, group_size=64 if bits == 4 else None, scale_bytes=4 if bits == 4 else 0,
-                         note=f"bitsandbytes int{bits}")
+        return _compressed_tensors(qc, source, dtype_bytes)
+    if method == "bitsandbytes":
+        four = qc.get("load_in_4bit") is True
+        # bnb 4-bit: packed nf4/fp4 values, one fp32 absmax per 64 weights (not double-quantized).
+        return QuantSpec("bitsandbytes", 4 if four else 8, group_size=64 if four else None,
+                         scale_bytes=4, excluded=_patterns(qc, "llm_int8_skip_modules", source),
+                         note=f"bitsandbytes int{4 if four else 8}")
     raise ConfigError("quantization_config.quant_method", f"unsupported method {method!r}", source)
 
 
-def _compressed_tensors(qc: dict, source: str) -> QuantSpec:
+def _pos_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _patterns(qc: dict, key: str, source: str, where: str = "quantization_config") -> tuple[str, ...]:
+    value = qc.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}.{key}", "must be a list of module names", source)
+    return tuple(value)
+
+
+def _modelopt(q: dict, source: str) -> QuantSpec:
+    """NVIDIA ModelOpt checkpoints (hf_quant_config.json)."""
+    algo = q.get("quant_algo")
+    if not isinstance(algo, str):
+        raise ConfigError("hf_quant_config.quantization.quant_algo", f"must be a string, got {algo!r}", source)
+    excluded = _patterns(q, "exclude_modules", source, "hf_quant_config.quantization")
+    if algo.upper() == "FP8":
+        # fp8 weight + an fp32 weight_scale and an fp32 input_scale per Linear (static per-tensor).
+        return QuantSpec("modelopt-fp8", 8, scale_bytes=8, excluded=excluded,
+                         note="ModelOpt FP8, per-tensor fp32 weight and input scales")
+    if algo.upper() == "NVFP4":
+        group = q.get("group_size", 16)
+        if not _pos_int(group):
+            raise ConfigError("hf_quant_config.quantization.group_size", f"must be a positive integer, got {group!r}",
+                              source)
+        return QuantSpec("nvfp4", 4, group_size=group, scale_bytes=1, excluded=excluded,
+                         note=f"ModelOpt NVFP4, one fp8 scale per {group} weights + fp32 global scales")
+    raise ConfigError("hf_quant_config.quantization.quant_algo", f"unsupported algorithm {algo!r}", source)
+
+
+def _awq_gptq(qc: dict, method: str, skip: tuple[str, ...], source: str) -> QuantSpec:
+    """AWQ / GPTQ int-N: packed int32 weights, one fp16 scale and one packed int-N zero point per group of
+    `group_size` input channels per output channel; GPTQ also stores g_idx (one int32 per input channel)."""
+    bits = qc.get("bits", qc.get("w_bit", 4))
+    group = qc.get("group_size", qc.get("q_group_size", 128))
+    if isinstance(bits, bool) or bits not in (2, 3, 4, 8):
+        raise ConfigError("quantization_config.bits", f"must be 2, 3, 4 or 8, got {bits!r}", source)
+    if isinstance(group, bool) or not isinstance(group, int) or group == 0 or group < -1:
+        raise ConfigError("quantization_config.group_size", f"must be a positive integer or -1, got {group!r}", source)
+    per = "per output channel" if group == -1 else f"per group of {group}"
+    return QuantSpec(method, bits, group_size=None if group == -1 else group, scale_bytes=2, zero_point_bits=bits,
+                     excluded=skip,
+                     note=f"{method.upper()} int{bits}, fp16 scale and int{bits} zero point {per}"
+                     + (", int32 g_idx" if method == "gptq" else ""))
+
+
+def _compressed_tensors(qc: dict, source: str, dtype_bytes: int) -> QuantSpec:
+    """llm-compressor checkpoints: w4a16 (pack-quantized int4, group), w8a8 (int8, channel), fp8 (float8,
+    channel / tensor / block). Scales are stored in the model dtype."""
+    key = "quantization_config.config_groups"
     groups = qc.get("config_groups")
     if not isinstance(groups, dict) or not groups:
-        raise ConfigError("quantization_config.config_groups", "is missing or empty", source)
-    first = next(iter(groups.values()))
-    weights = first.get("weights") if isinstance(first, dict) else None
-    if not isinstance(weights, dict):
-        raise ConfigError("quantization_config.config_groups.*.weights", "is missing", source)
+        raise ConfigError(key, "is missing or empty", source)
+    schemes = []
+    for name, group in groups.items():
+        weights = group.get("weights") if isinstance(group, dict) else None
+        if not isinstance(weights, dict):
+            raise ConfigError(f"{key}.{name}.weights", "is missing", source)
+        targets = group.get("targets")
+        if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+            raise ConfigError(f"{key}.{name}.targets", "must be a list of module types or patterns", source)
+        if any(t != "Linear" for t in targets):
+            raise ConfigError(f"{key}.{name}.targets", f"kvplan sizes only targets ['Linear'], got {targets!r}", source)
+        schemes.append((name, weights))
+    if len({repr(sorted(w.items())) for _, w in schemes}) > 1:
+        raise ConfigError(key, "holds several weight schemes; kvplan sizes one scheme per checkpoint", source)
+    name, weights = schemes[0]
+    wkey = f"{key}.{name}.weights"
     bits = weights.get("num_bits")
-    if not isinstance(bits, int) or bits not in (4, 8):
-        raise ConfigError("quantization_config.config_groups.*.weights.num_bits", f"must be 4 or 8, got {bits!r}", source)
+    if isinstance(bits, bool) or bits not in (4, 8):
+        raise ConfigError(f"{wkey}.num_bits", f"must be 4 or 8, got {bits!r}", source)
     strategy = weights.get("strategy")
-    group = weights.get("group_size") if strategy == "group" else None
     wtype = weights.get("type", "int")
-    zero = 0 if weights.get("symmetric", True) else bits
-    scale_bytes = 2 if bits == 4 else 4 if wtype == "float" else 2
-    excluded = tuple(qc.get("ignore") or ())
-    return QuantSpec("compressed-tensors", bits, group_size=group, scale_bytes=scale_bytes, zero_point_bits=zero,
-                     excluded=excluded, note=f"compressed-tensors {wtype}{bits} ({strategy})")
+    if wtype not in ("int", "float"):
+        raise ConfigError(f"{wkey}.type", f"must be 'int' or 'float', got {wtype!r}", source)
+    group = None
+    block = None
+    if strategy == "group":
+        group = weights.get("group_size")
+        if not _pos_int(group):
+            raise ConfigError(f"{wkey}.group_size", f"must be a positive integer, got {group!r}", source)
+    elif strategy == "block":
+        shape = weights.get("block_structure")
+        if not (isinstance(shape, list) and len(shape) == 2 and all(_pos_int(b) for b in shape)):
+            raise ConfigError(f"{wkey}.block_structure", f"must be [rows, cols], got {shape!r}", source)
+        block = (shape[0], shape[1])
+    elif strategy not in ("channel", "tensor"):
+        raise ConfigError(f"{wkey}.strategy", f"must be tensor, channel, group or block, got {strategy!r}", source)
+    symmetric = weights.get("symmetric", True)
+    zero = 0 if symmetric is True else bits
+    method = "compressed-tensors" if strategy != "tensor" else "compressed-tensors-tensor"
+    return QuantSpec(method, bits, group_size=group, block_shape=block, scale_bytes=dtype_bytes,
+                     zero_point_bits=zero, excluded=_patterns(qc, "ignore", source),
+                     note=f"compressed-tensors {wtype}{bits} ({strategy} scales)")
 
+
+# ---- which modules a config leaves unquantized ---------------------------------------------------------
+
+def exclusion_predicate(quant: QuantSpec | None) -> Callable[[str], bool]:
+    """A test over full module names ("model.layers.3.self_attn.q_proj") for the config's exclusion patterns.
+
+    Three spellings occur: "re:<regex>" (compressed-tensors, matched from the start of the name); globs with
+    "*" (gpt-oss's "model.layers.*.self_attn"); plain names. A glob or plain name excludes the module it names
+    and every module under it ("model.layers.0.mlp" covers "model.layers.0.mlp.down_proj", never
+    "model.layers.0.mlp_gate"); a plain name without dots ("lm_head") matches that last path component.
+    """
+    if quant is None or not quant.excluded:
+        return lambda name: False
+    exact: set[str] = set()
+    leaves: set[str] = set()
+    regexes: list[re.Pattern[str]] = []
+    for pattern in quant.excluded:
+        if pattern.startswith("re:"):
+            try:
+                regexes.append(re.compile(pattern[3:]))
+            except re.error:
+                raise ConfigError("quantization_config.ignore", f"bad regular expression {pattern!r}") from None
+        elif "*" in pattern or "?" in pattern or "[" in pattern:
+            regexes.append(re.compile(fnmatch.translate(pattern)[:-2] + r"(?:\..*)?\Z", re.S))
+        elif "." in pattern:
+            exact.add(pattern)
+        else:
+            leaves.add(pattern)
+
+    def excluded(name: str) -> bool:
+        parts = name.split(".")
+        if leaves and any(p in leaves for p in parts):
+            return True
+        if exact and any(".".join(parts[:k]) in exact for k in range(1, len(parts) + 1)):
+            return True
+        return any(r.match(name) for r in regexes)
+
+    return excluded
+
+
+# ---- bytes -----------------------------------------------------------------------------------------------
 
 def group_weight_bytes(group: ParamGroup, quant: QuantSpec | None, dtype_bytes: int) -> int:
     """Bytes of one parameter group stored as the checkpoint stores it."""
-    if quant is None or not group.quantizable or _is_excluded(group.name, quant):
+    if quant is None or not group.quantizable:
         return group.params * dtype_bytes
-    data = cdiv(group.params * quant.weight_bits, 8)
-    scales = 0
+    total = 0
+    counted = 0
     for count, out_f, in_f in group.matrices:
-        scales += count * _scales_per_matrix(out_f, in_f, quant)
-    per_scale = quant.scale_bytes + quant.zero_point_bits / 8
-    return data + int(scales * per_scale)
+        total += count * matrix_bytes(out_f, in_f, quant)
+        counted += count * out_f * in_f
+    # Parameters of a quantizable group with no recorded shape (none today) would stay at model dtype.
+    return total + (group.params - counted) * dtype_bytes
 
 
-def _scales_per_matrix(out_f: int, in_f: int, quant: QuantSpec) -> int:
+def matrix_bytes(out_f: int, in_f: int, quant: QuantSpec) -> int:
+    """One quantized Linear weight (out_f x in_f) with its scales, zero points and index tensors.
+
+    Llama-3.1-70B q_proj (8192 x 8192) as GPTQ int4 group 128: 8192*8192/2 = 33,554,432 B of weights,
+    8192 * 64 groups * (2 B scale + 0.5 B zero) = 1,310,720 B, g_idx 8192 * 4 = 32,768 B.
+    """
+    data = cdiv(out_f * in_f * quant.weight_bits, 8)
     if quant.block_shape is not None:
-        return cdiv(out_f, quant.block_shape[0]) * cdiv(in_f, quant.block_shape[1])
-    if quant.group_size is not None:
-        return out_f * cdiv(in_f, quant.group_size)
-    if quant.method in ("fp8",):
-        return 1  # per-tensor
-    return out_f  # per output channel
-
-
-def _is_excluded(group: str, quant: QuantSpec) -> bool:
-    """Group-level exclusion: attention left unquantized by gpt-oss (`model.layers.*.self_attn`)."""
-    patterns = " ".join(quant.excluded)
-    if group.startswith("attention") and "self_attn" in patterns:
-        return True
-    return False
+        scales = cdiv(out_f, quant.block_shape[0]) * cdiv(in_f, quant.block_shape[1])
+    elif quant.group_size is not None:
+        scales = out_f * cdiv(in_f, quant.group_size)
+    elif quant.method in ("fp8", "modelopt-fp8", "compressed-tensors-tensor"):
+        scales = 1  # one per tensor
+    else:
+        scales = out_f  # one per output channel
+    extra = scales * quant.scale_bytes + cdiv(scales * quant.zero_point_bits, 8)
+    if quant.method == "gptq":
+        extra += in_f * 4  # g_idx: the group of each input channel, int32
+    if quant.method == "nvfp4":
+        extra += 8  # weight_scale_2 and input_scale, one fp32 each
+    return data + extra

@@ -35,6 +35,21 @@ def runtime_quant(method: str) -> QuantSpec:
     return QuantSpec("fp8", 8, scale_bytes=4, note="runtime fp8 (per-tensor scales)")
 
 
+def weights_from_hub(repo_id: str, revision: str | None = None, token: str | None = None) -> int:
+    """Exact checkpoint bytes of a Hub repo, summed from its safetensors headers (no weights downloaded).
+
+    For `--weights-from-hub`: pass the result to estimate_weights(override_bytes=...,
+    override_source=hub_weights_source(repo_id, revision)) so the output names where the figure came from.
+    """
+    from kvplan.hub import fetch_safetensors_bytes  # the network edge, imported only when asked for
+
+    return fetch_safetensors_bytes(repo_id, revision=revision, token=token).total_bytes
+
+
+def hub_weights_source(repo_id: str, revision: str | None = None) -> str:
+    return f"safetensors headers of {repo_id}@{revision or 'main'} on the Hub (--weights-from-hub)"
+
+
 def _group_stage_share(group: ParamGroup, stage_layers: int, num_layers: int, first: bool, last: bool) -> float:
     if group.name.startswith(_FIRST_STAGE):
         return 1.0 if first else 0.0
@@ -57,6 +72,7 @@ def estimate_weights(
     pp: int = 1,
     quantization: str | None = None,
     override_bytes: int | None = None,
+    override_source: str = "--weights-bytes",
 ) -> WeightEstimate:
     """Weight bytes of `model` served in `dtype`, whole and per GPU under tp x pp."""
     num_params = model.num_params
@@ -64,7 +80,7 @@ def estimate_weights(
         stages = pp_stage_layers(model.num_layers, pp)
         largest = max(len(s) for s in stages)
         per_gpu = cdiv(override_bytes * largest, model.num_layers * tp)
-        return WeightEstimate(num_params, override_bytes, per_gpu, "--weights-bytes (split evenly by layers and tp)")
+        return WeightEstimate(num_params, override_bytes, per_gpu, f"{override_source} (split evenly by layers and tp)")
 
     quant = model.quant
     source = f"config ({dtype})"

@@ -26,14 +26,21 @@ KEYS = (
     "linear_num_value_heads full_attention_interval mamba_num_heads mamba_head_dim ssm_state_size "
     "n_groups conv_kernel expand mamba_d_state mamba_d_conv mamba_expand attn_layer_period "
     "attn_layer_offset expert_layer_period expert_layer_offset hidden_size_per_layer_input "
-    "laurel_rank altup_num_inputs vocab_size_per_layer_input partial_rotary_factor"
+    "laurel_rank altup_num_inputs vocab_size_per_layer_input partial_rotary_factor mamba_n_heads mamba_d_head "
+    "mamba_n_groups mamba_dt_rank mamba_conv_bias mamba_proj_bias shared_intermediate_size "
+    "use_conv_bias use_bias moe_shared_expert_intermediate_size "
+    # vision towers (vision_config), whose weights count toward weight memory
+    "num_channels image_size patch_size vision_use_head pixel_shuffle_ratio projector_input_dim "
+    "projector_output_dim vision_output_dim depth in_chans in_channels temporal_patch_size spatial_merge_size "
+    "out_hidden_size"
 ).split()
 
 MODEL_TYPES = (
     "llama llama4 llama4_text mistral mistral3 mixtral qwen2 qwen2_moe qwen2_5_vl qwen2_5_vl_text qwen3 "
     "qwen3_moe qwen3_next gemma gemma2 gemma3 gemma3_text gemma3n gemma3n_text granite granitemoe "
     "granitemoehybrid phi phi3 opt gpt2 gpt_bigcode falcon deepseek_v2 deepseek_v3 gpt_oss nemotron_h "
-    "jamba starcoder2 cohere cohere2 olmo2 llava llava_next"
+    "jamba starcoder2 cohere cohere2 olmo2 llava llava_next siglip_vision_model llama4_vision_model "
+    "qwen2_5_vl_vision"
 ).split()
 
 

@@ -1,0 +1,130 @@
+"""`kvplan models`: the bundled library as a table (or JSON), one row per model, filterable."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kvplan import library
+from kvplan.dtypes import resolve_kv_dtype, serving_dtype
+from kvplan.errors import InputError, KvplanError
+from kvplan.output import Output
+from kvplan.parse import parse_config
+from kvplan.specs import ModelSpec
+from kvplan.units import fmt_bytes
+from kvplan.weights import estimate_weights
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    name: str
+    family: str
+    model_type: str
+    kinds: dict[str, int]  # layer kind -> number of layers
+    layers: int
+    kv_heads: list[int]  # distinct KV head counts of the attention layers (several where layers differ)
+    dtype: str  # the dtype the model is served in ('auto'): KV and unquantized weights use it
+    kv_bytes_per_token: int  # all layers, one token, at `dtype`, tp=1
+    state_bytes_per_request: int  # constant Mamba / linear-attention state, at tp=1
+    params: int
+    weight_bytes: int  # the checkpoint as loaded (quantized where the config says so)
+    quantization: str | None
+    max_context_tokens: int | None
+
+
+def model_row(name: str, model: ModelSpec) -> ModelRow:
+    """One table row: Llama-3.1-8B -> 32 full-attention layers, 8 KV heads, 131,072 B/token in bf16."""
+    dtype = serving_dtype(model.config_dtype)
+    kv = resolve_kv_dtype("auto", dtype)
+    heads = sorted({n for spec in model.layers if (n := getattr(spec, "num_kv_heads", None))})
+    return ModelRow(
+        name=name,
+        family=model.family,
+        model_type=model.model_type,
+        kinds=model.layer_kinds(),
+        layers=model.num_layers,
+        kv_heads=heads,
+        dtype=dtype,
+        kv_bytes_per_token=sum(spec.kv_bytes_per_token(kv) for spec in model.layers),
+        state_bytes_per_request=sum(spec.state_bytes() for spec in model.layers),
+        params=model.num_params,
+        weight_bytes=estimate_weights(model, dtype=dtype).total_bytes,
+        quantization=model.quant.method if model.quant else None,
+        max_context_tokens=model.max_position_embeddings,
+    )
+
+
+def library_rows(
+    name: str | None = None, family: str | None = None, kind: str | None = None
+) -> tuple[list[ModelRow], list[str]]:
+    """Rows for every library model matching the filters, and a message per config that failed to parse."""
+    rows: list[ModelRow] = []
+    failures: list[str] = []
+    for entry in library.entries():
+        if name and name.lower() not in entry.repo_id.lower():
+            continue
+        try:
+            model = parse_config(
+                entry.read_config(),
+                name=entry.repo_id,
+                source=f"library:{entry.filename}",
+                hf_quant_config=entry.read_hf_quant_config(),
+            )
+        except KvplanError as exc:
+            failures.append(f"{entry.repo_id} skipped: {exc.message}")
+            continue
+        if family and family.lower() != model.family.lower():
+            continue
+        if kind and not any(k == kind or k.startswith(kind) for k in model.layer_kinds()):
+            continue
+        rows.append(model_row(entry.repo_id, model))
+    return rows, failures
+
+
+_KIND_HELP = "Only models with a layer of this kind: full_attention, sliding_window, chunked_local, mla, mamba, " \
+    "linear_attention, shared_kv."
+
+
+def models_command(
+    name: Annotated[str | None, typer.Argument(help="Only models whose name contains this text.")] = None,
+    family: Annotated[str | None, typer.Option("--family", help="Only this family (llama, qwen3-moe, ...).")] = None,
+    kind: Annotated[str | None, typer.Option("--kind", help=_KIND_HELP)] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+) -> None:
+    """List the bundled model library. Example: kvplan models --kind mla"""
+    rows, failures = library_rows(name, family, kind)
+    for failure in failures:
+        Output.notice(failure)
+    if not rows:
+        raise InputError("no library model matches the filters; run `kvplan models` to see them all")
+    data: dict[str, Any] = {"count": len(rows), "models": [asdict(r) for r in rows]}
+    Output(json_mode=json_out).result(data, lambda console: render_models(rows, console))
+
+
+def render_models(rows: list[ModelRow], console: Console) -> None:
+    t = Table(title=f"Model library ({len(rows)} models; KV and weights at the served dtype, tp=1)")
+    for col in ("model", "family", "layer kinds", "layers", "KV heads", "KV/token", "state/req", "params",
+                "weights", "max context"):
+        right = col in ("layers", "KV/token", "state/req", "params", "weights", "max context")
+        t.add_column(col, justify="right" if right else "left")
+    for r in rows:
+        kinds = ", ".join(f"{k} {n}" for k, n in r.kinds.items())
+        heads = "-" if not r.kv_heads else "/".join(str(h) for h in r.kv_heads)
+        weights = fmt_bytes(r.weight_bytes) + (f" ({r.quantization})" if r.quantization else "")
+        t.add_row(
+            r.name,
+            r.family,
+            kinds,
+            str(r.layers),
+            heads,
+            f"{r.kv_bytes_per_token:,} B",
+            fmt_bytes(r.state_bytes_per_request) if r.state_bytes_per_request else "-",
+            f"{r.params / 1e9:,.2f} bn",
+            weights,
+            f"{r.max_context_tokens:,}" if r.max_context_tokens else "-",
+        )
+    console.print(t)
