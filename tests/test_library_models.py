@@ -48,6 +48,9 @@ PINS = [
     ("google/gemma-2-9b-it", 344_064, 9_241_705_984),
     # 62 x 2 x 16 x 128 x 2 B (52 sliding, window 1024)
     ("google/gemma-3-27b-it", 507_904, 27_432_406_640),
+    # Gemma 3n (Transformers' class defaults, E4B-shaped): 35 layers, the last 15 reuse earlier KV, so
+    # 20 x 2 x 2 KV heads x 256 x 2 B; text model only (its vision and audio towers are not sized)
+    ("transformers/gemma-3n-class-defaults", 40_960, 6_835_235_568),
     # 34 x 2 x 4 x 256 x 2 B (text_config defaults: 4 KV heads, head_dim 256)
     ("google/gemma-3-4b-it", 139_264, 4_300_079_472),
     # 40 x 2 x 8 x (2048/32 = 64) x 2 B
