@@ -184,6 +184,8 @@ def main() -> None:
 # Commands that live in their own packages (their modules import nothing heavy at load time).
 from kvplan.check.run import check as _check  # noqa: E402
 from kvplan.models import models_command as _models  # noqa: E402
+from kvplan.verify.command import verify_command as _verify  # noqa: E402
 
 app.command("check")(handle_errors(_check))
 app.command("models")(handle_errors(_models))
+app.command("verify")(handle_errors(_verify))

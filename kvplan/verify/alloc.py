@@ -1,0 +1,238 @@
+"""Per-layer cache buffers, allocated once at the planned size from the layer specs (gpt-fast's KVCache idea).
+
+Layouts: contiguous K/V of [batch, kv_heads, slots, head_dim]; paged pools of [num_blocks, block_size, kv_heads,
+head_dim] with a block table per request. Slots per request are the resident tokens (contiguous) or the planned
+whole blocks (paged). Windows and chunks are rings: position p lives in slot p % slots, so a 128-token window in
+blocks of 16 keeps 9 blocks = 144 slots and every token of the window stays readable while the ring turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from kvplan.specs import FullAttentionSpec, MLASpec, StateSpec, kv_heads_per_rank
+from kvplan.units import cdiv
+from kvplan.verify.device import torch_dtype
+from kvplan.verify.setup import LayerPlan, VerifySetup
+from kvplan.verify.storage import Format, decode, encode, storage_format
+
+
+def _zeros(torch: ModuleType, shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
+    """Every cache tensor comes from here (zeros: a paged gather may read slots no token has written yet)."""
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
+class TokenStore:
+    """One per-token tensor of a layer (K, V, or an MLA latent) for the whole batch, plus its scales."""
+
+    def __init__(self, torch: ModuleType, *, layout: str, batch: int, heads: int, dim: int, slots: int,
+                 block_size: int, fmt: Format, device: Any) -> None:
+        self.torch, self.layout, self.heads, self.dim, self.slots, self.fmt = torch, layout, heads, dim, slots, fmt
+        self.block_size = block_size
+        if layout == "contiguous":
+            lead: tuple[int, ...] = (batch, heads, slots)  # [batch, kv_heads, seq, head_dim]
+        else:
+            blocks = slots // block_size  # the planned whole blocks of one request
+            lead = (batch * blocks, block_size, heads)  # [num_blocks, block_size, kv_heads, head_dim]
+            self._blocks = (batch, blocks)
+        self._block_table: Any = None
+        self.codes = _zeros(torch, (*lead, fmt.code_width), fmt.code_dtype, device)
+        self.scales = None if fmt.scale_dtype is None else _zeros(torch, (*lead, fmt.scale_width), fmt.scale_dtype, device)
+
+    def tensors(self) -> list[Any]:
+        return [t for t in (self.codes, self.scales) if t is not None]
+
+    @property
+    def block_table(self) -> Any:
+        """[batch, blocks]: request b owns blocks b*blocks .. (b+1)*blocks-1. Metadata, made on first use so
+        the allocation the meter brackets holds the KV tensors only."""
+        if self._block_table is None:
+            batch, blocks = self._blocks
+            ids = self.torch.arange(batch * blocks, dtype=self.torch.long, device=self.codes.device)
+            self._block_table = ids.view(batch, blocks)
+        return self._block_table
+
+    @property
+    def bytes_per_slot(self) -> int:
+        """Bytes one token slot of one request takes, all heads (the scale tensor included)."""
+        per = self.codes.element_size() * self.fmt.code_width
+        if self.scales is not None:
+            per += self.scales.element_size() * self.fmt.scale_width
+        return per * self.heads
+
+    def write(self, slot_idx: Any, x: Any, rows: slice) -> None:
+        """Store x [rows, heads, n, dim] at slots slot_idx [n] of the requests in `rows`."""
+        codes, scales = encode(self.torch, self.fmt, x)
+        if self.layout == "contiguous":
+            self.codes[rows, :, slot_idx] = codes
+            if scales is not None:
+                self.scales[rows, :, slot_idx] = scales
+            return
+        blk = self.block_table[rows][:, slot_idx // self.block_size]  # [rows, n] physical block ids
+        off = slot_idx % self.block_size  # [n]
+        self.codes[blk, off] = codes.transpose(1, 2)  # [rows, n, heads, width]
+        if scales is not None:
+            self.scales[blk, off] = scales.transpose(1, 2)
+
+    def read(self, n_slots: int, dtype: Any) -> Any:
+        """Slots 0..n_slots-1 of every request as [batch, heads, n_slots, dim] values in `dtype`."""
+        if self.layout == "contiguous":
+            codes = self.codes[:, :, :n_slots]
+            scales = None if self.scales is None else self.scales[:, :, :n_slots]
+        else:
+            blocks = self.block_table[:, : cdiv(n_slots, self.block_size)]  # gather this batch's blocks
+
+            def gather(pool: Any) -> Any:
+                return pool[blocks].flatten(1, 2)[:, :n_slots].transpose(1, 2)
+
+            codes = gather(self.codes)
+            scales = None if self.scales is None else gather(self.scales)
+        return decode(self.torch, self.fmt, codes, scales, self.dim, dtype)
+
+
+@dataclass
+class TokenCache:
+    """An attention layer's cache (K and V, or one MLA latent) and which position each slot holds."""
+
+    plan: LayerPlan
+    stores: tuple[TokenStore, ...]
+    slot_pos: Any  # [slots] int64 on the host: the position held by each slot, -1 while empty
+    block_owner: Any = None  # paged: [blocks] the logical block each physical block of the ring holds
+
+    @property
+    def kind(self) -> str:
+        return self.plan.kind
+
+    @property
+    def slots(self) -> int:
+        return self.stores[0].slots
+
+    def tensors(self) -> list[Any]:
+        return [t for s in self.stores for t in s.tensors()]
+
+    def update(self, positions: range, values: Sequence[Any], rows: slice) -> None:
+        """Write the last `slots` of `positions` (each [rows, heads, n, dim] in `values`) at position % slots."""
+        torch = self.stores[0].torch
+        drop = max(0, len(positions) - self.slots)
+        kept = torch.arange(positions[drop], positions[-1] + 1, dtype=torch.long)  # positions are consecutive
+        slot_idx = kept % self.slots
+        for store, x in zip(self.stores, values):
+            store.write(slot_idx.to(store.codes.device), x[:, :, drop:], rows)
+        self.slot_pos[slot_idx] = kept
+        store = self.stores[0]
+        if store.layout == "paged":
+            # A block is handed out whole: entering logical block j takes over physical block j % blocks, and
+            # every token it held is gone, still in the window or not. A 128-token window in 8 blocks of 16
+            # therefore loses tokens when it starts mid-block; 9 blocks (the estimate's count) do not.
+            bs = store.block_size
+            self.block_owner.scatter_reduce_(0, slot_idx // bs, kept // bs, reduce="amax")
+            owner = self.block_owner[torch.arange(self.slots) // bs]
+            self.slot_pos[(self.slot_pos >= 0) & (self.slot_pos // bs != owner)] = -1
+
+    def visible(self, pos: int) -> Any:
+        """Which slots the token at `pos` may attend to: [slots] bool (causal, within its window or chunk)."""
+        sp = self.slot_pos
+        lo = _first_visible(self.plan, pos)
+        return (sp >= lo) & (sp <= pos)
+
+    def read(self, pos: int, dtype: Any) -> tuple[list[Any], Any | None, int]:
+        """The stored values the token at `pos` attends over, a mask (None when every slot read counts), and
+        how many tokens it sees."""
+        n_read = min(self.slots, pos + 1)  # positions are written in order, so slots 0..n_read-1 were written
+        mask = self.visible(pos)[:n_read]
+        seen = int(mask.sum())
+        values = [s.read(n_read, dtype) for s in self.stores]
+        if seen == n_read:
+            return values, None, seen
+        return values, mask.to(values[0].device), seen
+
+
+def _first_visible(plan: LayerPlan, pos: int) -> int:
+    """First position `pos` attends to: 0 for full attention, pos - W + 1 in a window of W, the chunk start."""
+    spec = plan.spec
+    if plan.kind == "sliding_window":
+        return max(0, pos - spec.sliding_window + 1)  # type: ignore[attr-defined]
+    if plan.kind == "chunked_local":
+        size = spec.attention_chunk_size  # type: ignore[attr-defined]
+        return pos - pos % size
+    return 0
+
+
+@dataclass
+class StateCache:
+    """A recurrent layer's constant per-request state: one [batch, *shape-per-rank] tensor per StateTensor."""
+
+    plan: LayerPlan
+    states: tuple[Any, ...]
+
+    @property
+    def kind(self) -> str:
+        return self.plan.kind
+
+    def tensors(self) -> list[Any]:
+        return list(self.states)
+
+
+LayerCache = TokenCache | StateCache
+
+
+def state_shape(shape: tuple[int, ...], split_dim: int | None, tp: int) -> tuple[int, ...]:
+    """A state tensor's shape on one rank, split as StateTensor.bytes splits it: (6144, 3) over tp 2 -> (3072, 3)."""
+    dims = list(shape)
+    if split_dim is not None and tp > 1:
+        dims[split_dim] = cdiv(dims[split_dim], tp)
+    return tuple(dims)
+
+
+def token_slots(plan: LayerPlan, layout: str) -> int:
+    return plan.resident_tokens if layout == "contiguous" else plan.paged_tokens
+
+
+def allocate_layer(torch: ModuleType, setup: VerifySetup, plan: LayerPlan, device: Any,
+                   batch: int | None = None) -> LayerCache | None:
+    """The cache of one layer, or None for a layer that stores nothing (MLP/MoE-only, shared KV)."""
+    spec, tp, layout = plan.spec, setup.tp, setup.layout
+    batch = setup.batch if batch is None else batch
+    block_size = setup.estimate.request.block_size
+    if isinstance(spec, StateSpec):
+        states = tuple(
+            _zeros(torch, (batch, *state_shape(t.shape, t.split_dim, tp)), torch_dtype(torch, t.dtype), device)
+            for t in spec.tensors
+        )
+        return StateCache(plan, states) if states else None
+    if not spec.has_cache or plan.resident_tokens == 0:
+        return None
+    slots = token_slots(plan, layout)
+
+    def store(heads: int, dim: int) -> TokenStore:
+        fmt = storage_format(torch, setup.kv_dtype, dim)
+        return TokenStore(torch, layout=layout, batch=batch, heads=heads, dim=dim, slots=slots,
+                          block_size=block_size, fmt=fmt, device=device)
+
+    if isinstance(spec, MLASpec):
+        stores: tuple[TokenStore, ...] = (store(1, spec.latent_dim),)  # the latent, the same on every rank
+    elif isinstance(spec, FullAttentionSpec):
+        heads = kv_heads_per_rank(spec.num_kv_heads, tp)
+        stores = (store(heads, spec.head_dim), store(heads, spec.v_dim))
+    else:
+        raise ValueError(f"verify cannot allocate a {spec.kind} layer")
+    owner = torch.full((slots // block_size,), -1, dtype=torch.long) if layout == "paged" else None
+    return TokenCache(plan, stores, torch.full((slots,), -1, dtype=torch.long), owner)
+
+
+def allocate(torch: ModuleType, setup: VerifySetup, device: Any, *, batch: int | None = None,
+             on_layer: Callable[[LayerPlan, LayerCache | None], None] | None = None,
+             before_layer: Callable[[], None] | None = None) -> list[LayerCache | None]:
+    """Every layer's cache of the stage, in layer order; `before_layer`/`on_layer` let the meter bracket each one."""
+    caches: list[LayerCache | None] = []
+    for plan in setup.layers:
+        if before_layer is not None:
+            before_layer()
+        cache = allocate_layer(torch, setup, plan, device, batch)
+        caches.append(cache)
+        if on_layer is not None:
+            on_layer(plan, cache)
+    return caches
