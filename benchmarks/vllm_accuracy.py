@@ -162,6 +162,22 @@ def report(cases: list[Case], results: list[Result]) -> str:
               f"| KV cache tokens | B: flags only | {_summary([p for p in b_tok if p is not None])} |",
               f"| max concurrency | B: flags only | {_summary([p for p in b_conc if p is not None])} |",
               f"| weights (rank 0) | B: flags only | {_summary([p for p in b_w if p is not None])} |", ""]
+    train, held = fit_split(cases)
+    role = {id(c): "train" for c in train} | {id(c): "held-out" for c in held}
+    lines += ["## Calibration split", "",
+              "The activation-peak coefficients (`FWD_*`, `SAMPLER_*` in kvplan/engines/vllm_memory.py) were fitted by",
+              "`--fit` on the train logs below; the held-out models were not seen by that fit. MoE models are in",
+              "neither set: their fused-MoE workspace is a separate term with no fitted coefficient (its buffer shapes",
+              "are vLLM's). But that the workspace adds to the sampler peak, rather than competing with it, was read off",
+              "these same MoE logs, so they are not a clean test of that choice. The non-torch figures are medians",
+              "over all 61 logs (not held out). Mode B error on available KV memory by role:", "",
+              "| role | logs | models | available KV (B) |", "|---|---|---|---|"]
+    for name in ("train", "held-out", "not in the fit"):
+        group = [r for r in results if role.get(id(r.case), "not in the fit") == name]
+        errs = [pct(r.b.first_rank_available_kv_bytes / GiB, r.case.row["available_kv_gib"]) for r in group]
+        models = ", ".join(sorted({r.case.row["model"].split("/")[-1] for r in group}))
+        lines.append(f"| {name} | {len(group)} | {models} | {_summary([e for e in errs if e is not None])} |")
+    lines += [""]
     lines += ["## Per case", "",
               "Memory in GiB (logged / predicted, rank 0); tokens and concurrency from the limiting rank.", "",
               "| case | weights | activation | non-torch | available KV (B) | tokens (A) | tokens (B) | concurrency (B) |",
@@ -228,13 +244,20 @@ def _sampler(ks: list[float], s: list[float]) -> float:
     return ks[0] * s[0] + ks[1] * s[1] + s[2] * 1e9 / GiB
 
 
-def fit(cases: list[Case]) -> None:
+def fit_split(cases: list[Case]) -> tuple[list[Case], list[Case]]:
+    """The activation fit's train and held-out logs: dense models with a logged peak, every other model
+    (sorted by name) in training and the rest held out, so no held-out model was seen by the fit."""
     usable = [c for c in cases if c.model is not None and c.row["activation_peak_gib"] is not None
               and not c.model.get_extra("num_experts")]
     models = sorted({c.row["model"] for c in usable})
     train_models = set(models[::2])
-    train = [c for c in usable if c.row["model"] in train_models]
-    held = [c for c in usable if c.row["model"] not in train_models]
+    return ([c for c in usable if c.row["model"] in train_models],
+            [c for c in usable if c.row["model"] not in train_models])
+
+
+def fit(cases: list[Case]) -> None:
+    train, held = fit_split(cases)
+    train_models = {c.row["model"] for c in train}
     data = [(c, *_features(c)) for c in train]
     use_sampler = {id(c): runs and s[1] > 2 * fw[1] for c, fw, s, runs in data}
     for _ in range(10):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -14,6 +15,8 @@ from kvplan.gpus import COMMON_GPUS, GpuSpec, custom_gpu, find_gpu
 from kvplan.plan import BudgetModel, Plan, PlanRequest, plan
 from kvplan.render import plan_to_dict, render_plan
 from kvplan.resolve import resolve_model
+from kvplan.specs import ModelSpec
+from kvplan.weights import estimate_weights
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,21 @@ def select_gpus(gpu: str | None, gpu_mem_bytes: int | None) -> tuple[list[GpuSpe
     return [find_gpu(k) for k in COMMON_GPUS], False
 
 
+def checkpoint_bytes_from_hub(
+    model: str, spec: ModelSpec, *, revision: str | None, token: str | None, offline: bool
+) -> tuple[int, str]:
+    """--weights-from-hub: the checkpoint's exact bytes from its safetensors headers, and where they came from."""
+    from kvplan.weights import hub_weights_source, weights_from_hub
+
+    if offline:
+        raise InputError("--weights-from-hub reads the Hub; drop --offline, or give the size with --weights-bytes")
+    if Path(model.strip()).expanduser().exists():
+        raise InputError(
+            f"--weights-from-hub needs a Hub repo id, and {model!r} is a local path; give --weights-bytes instead"
+        )
+    return weights_from_hub(spec.name, revision, token), hub_weights_source(spec.name, revision)
+
+
 def estimate(
     model: str,
     *,
@@ -55,6 +73,7 @@ def estimate(
     gpu_memory_utilization: float | None = None,
     overhead_bytes: int | None = None,
     weights_bytes: int | None = None,
+    weights_from_hub: bool = False,
     quantization: str | None = None,
     revision: str | None = None,
     token: str | None = None,
@@ -82,6 +101,13 @@ def estimate(
         seq_tokens = spec.max_position_embeddings
         notices.append(f"--seq not given: using the model's max context, {seq_tokens:,} tokens")
     gpus, named = select_gpus(gpu, gpu_mem_bytes)
+    weights_source = "--weights-bytes"
+    if weights_from_hub:
+        if weights_bytes is not None:
+            raise InputError("give either --weights-bytes or --weights-from-hub, not both")
+        weights_bytes, weights_source = checkpoint_bytes_from_hub(
+            model, spec, revision=revision, token=token, offline=offline
+        )
     if engine not in ENGINES:
         raise InputError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     budget_model: BudgetModel | None = None
@@ -132,6 +158,18 @@ def estimate(
         num_gpus=num_gpus,
     )
     p = plan(spec, req, gpus, budget_model=budget_model, engine=engine)
+    if weights_bytes is not None:
+        # The same override, named for where it came from (plan() labels every override --weights-bytes).
+        measured = estimate_weights(
+            spec, dtype=p.dtype, tp=tp, pp=pp, quantization=quantization, override_bytes=weights_bytes,
+            override_source=weights_source,
+        )
+        if budget_model is not None and engine != "transformers":
+            # vLLM and SGLang split the measured bytes themselves (vllm_memory.checkpoint_scale), not evenly.
+            measured = replace(measured, source=weights_source)
+        p = replace(p, weights=measured)
+    if overhead_bytes is not None and engine in ("vllm", "sglang"):
+        notices.append(f"--overhead is ignored by --engine {engine}: it models activation and runtime memory itself")
     return EstimateResult(
         plan=p,
         data=plan_to_dict(p, gpu_named=named),

@@ -89,9 +89,19 @@ def estimate(
         typer.Option("--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use (default 0.92; 0.9 with --vllm-version 0.19)."),
     ] = None,
     overhead: Annotated[
-        str | None, typer.Option("--overhead", help="Activations + runtime per GPU (default 2 GiB, +2 GiB multi-GPU).")
+        str | None,
+        typer.Option(
+            "--overhead",
+            help="--engine generic/transformers: activations + runtime per GPU (default 2 GiB, +2 GiB multi-GPU); "
+            "vLLM and SGLang model their own.",
+        ),
     ] = None,
-    weights_bytes: Annotated[str | None, typer.Option("--weights-bytes", help="Override the weight size, e.g. 15GiB.")] = None,
+    weights_bytes: Annotated[
+        str | None, typer.Option("--weights-bytes", help="The checkpoint's size, e.g. 15GiB (replaces the config-based figure).")
+    ] = None,
+    weights_from_hub: Annotated[
+        bool, typer.Option("--weights-from-hub", help="Read the checkpoint's exact size from its safetensors headers on the Hub.")
+    ] = False,
     quantization: Annotated[str | None, typer.Option("--quantization", help="Runtime weight quantization (fp8).")] = None,
     revision: Annotated[str | None, typer.Option("--revision", help="Hub revision (branch, tag or commit).")] = None,
     token: Annotated[str | None, typer.Option("--token", help="Hub token (default: HF_TOKEN).")] = None,
@@ -142,6 +152,7 @@ def estimate(
         gpu_memory_utilization=gpu_memory_utilization,
         overhead_bytes=_size(overhead, "--overhead"),
         weights_bytes=_size(weights_bytes, "--weights-bytes"),
+        weights_from_hub=weights_from_hub,
         quantization=quantization,
         revision=revision,
         token=token,

@@ -317,6 +317,9 @@ def parse_config(
         ("num_kv_heads", num_kv_heads),
         ("head_dim", head_dim),
         ("num_experts", _num_experts(cfg) or 0),
+        # Routed experts per token and each expert's MLP width (sizes vLLM's fused-MoE workspace).
+        ("num_experts_per_tok", cfg.int("num_experts_per_tok", required=False, minimum=0) or 0),
+        ("moe_intermediate_size", cfg.int("moe_intermediate_size", required=False) or 0),
         ("tie_word_embeddings", _tied(raw, cfg)),
     )
     return ModelSpec(

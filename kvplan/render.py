@@ -216,7 +216,7 @@ def render_plan(p: Plan, console: Console, *, gpu_named: bool) -> None:
     console.print(f"  source: {m.source}")
     shard = "" if r.tp == 1 and r.pp == 1 else f", tp={r.tp} pp={r.pp}"
     console.print(
-        f"  request: {r.seq_tokens:,} tokens x {r.batch} requests, KV {p.kv_dtype.name}, weights {p.dtype}, "
+        f"  request: {r.seq_tokens:,} tokens x {_requests(r.batch)}, KV {p.kv_dtype.name}, weights {p.dtype}, "
         f"block {r.block_size}{shard}"
     )
     summary = Table(show_header=False, box=None, pad_edge=False)
@@ -225,12 +225,12 @@ def render_plan(p: Plan, console: Console, *, gpu_named: bool) -> None:
     summary.add_column()
     summary.add_row("KV per token", fmt_bytes(kv.model_bytes_per_token), "all layers, whole model")
     summary.add_row("KV per request", _gib(kv.model_contiguous_bytes_per_request), f"at {r.seq_tokens:,} tokens")
-    summary.add_row("KV for the batch", _gib(kv.model_batch_contiguous_bytes), f"{r.batch} requests, contiguous")
+    summary.add_row("KV for the batch", _gib(kv.model_batch_contiguous_bytes), f"{_requests(r.batch)}, contiguous")
     if r.tp * r.pp > 1:
         summary.add_row("KV per GPU", _gib(kv.batch_paged_bytes), f"paged, fullest of {r.tp * r.pp} GPUs")
     else:
         summary.add_row("KV paged", _gib(kv.batch_paged_bytes), f"blocks of {r.block_size}")
-    summary.add_row("Weights", _gib(w.total_bytes), f"{w.source}; {_gib(w.per_gpu_bytes)} per GPU")
+    summary.add_row("Weights", *_weights_row(p))
     console.print(summary)
 
     if p.fits:
@@ -258,6 +258,34 @@ def render_plan(p: Plan, console: Console, *, gpu_named: bool) -> None:
         console.print(f"KV dtype {p.kv_dtype.name}: {p.kv_dtype.scales_note}.")
     for note in p.notes:
         console.print(f"[dim]note: {note}[/dim]")
+
+
+def _requests(n: int) -> str:
+    return f"{n:,} request" if n == 1 else f"{n:,} requests"
+
+
+def _weights_row(p: Plan) -> tuple[str, str]:
+    """The summary's weights figure: the engine's own per-GPU load when an engine model ran (what the fit
+    table subtracts), else the checkpoint size and its share per GPU."""
+    from kvplan.engines.sglang import SglangReport
+    from kvplan.engines.vllm import VllmReport
+
+    w, r = p.weights, p.request
+    d = p.fits[0].engine if p.fits else None
+    sharded = r.tp * r.pp > 1
+    where = "per GPU (fullest rank)" if sharded else "on the GPU"
+    if isinstance(d, VllmReport):
+        rank = d.stages[d.limiting_stage].memory
+        per_gpu, loads = rank.weights_bytes, f"vLLM loads {_gib(rank.weights_bytes)} {where}: parameters"
+        if rank.rotary_cache_bytes:
+            loads += f" + {fmt_bytes(rank.rotary_cache_bytes)} rotary cos/sin cache"
+    elif isinstance(d, SglangReport):
+        per_gpu, loads = d.weights_bytes, f"SGLang loads {_gib(d.weights_bytes)} {where}: parameters + rotary cache"
+    else:
+        return _gib(w.total_bytes), f"{w.source}; {_gib(w.per_gpu_bytes)} per GPU"
+    split = "; split over ranks as kvplan's parameter groups split (approximate)"
+    measured_split = split if r.weights_bytes is not None and sharded else ""
+    return _gib(per_gpu), f"{loads}; checkpoint {_gib(w.total_bytes)} from {w.source}{measured_split}"
 
 
 def _render_engine(f: GpuFit, console: Console) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from kvplan.engines.vllm import VllmFlags, plan_vllm
 from kvplan.engines.vllm_kv import VllmLayerSpec, kv_cache_layout
-from kvplan.engines.vllm_memory import padded_vocab, rotary_cache_bytes
+from kvplan.engines.vllm_memory import moe_workspace_bytes, padded_vocab, rotary_cache_bytes
 from kvplan.errors import InputError
 from kvplan.gpus import H100_SXM_CUDA_TOTAL_BYTES, find_gpu
 from kvplan.resolve import resolve_model
@@ -177,3 +177,17 @@ def test_cli_generic_engine_keeps_fixed_overhead(runner):
     data = json.loads(result.stdout)
     assert data["gpus"][0]["overhead_bytes"] == 2 * GiB
     assert data["kv_cache_tokens"] is None
+
+
+def test_fused_moe_workspace():
+    # Qwen3-30B-A3B: 8,192 tokens x top_k 8 = 65,536 rows; expert width 768, hidden 2,048:
+    # rows x (max(768, 2,048) + max(1,536, 2,048)) x 2 B = 536,870,912 B (0.5 GiB).
+    qwen = _model("Qwen/Qwen3-30B-A3B")
+    assert moe_workspace_bytes(qwen, dtype="bfloat16", tp=1, max_num_batched_tokens=8192) == 536_870_912
+    # Mixtral-8x7B at tp=2: 8,192 x 2 = 16,384 rows; width 14,336 / 2 = 7,168, hidden 4,096:
+    # 16,384 x (7,168 + 14,336) x 2 B = 704,643,072 B.
+    mixtral = _model("mistralai/Mixtral-8x7B-Instruct-v0.1")
+    assert moe_workspace_bytes(mixtral, dtype="bfloat16", tp=2, max_num_batched_tokens=8192) == 704_643_072
+    # Dense models and gpt-oss's mxfp4 experts (OpenAI's Triton kernels) take none.
+    for name in ("meta-llama/Llama-3.1-8B-Instruct", "openai/gpt-oss-20b"):
+        assert moe_workspace_bytes(_model(name), dtype="bfloat16", tp=1, max_num_batched_tokens=8192) == 0

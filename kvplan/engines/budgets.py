@@ -26,7 +26,7 @@ def vllm_budget(base: VllmFlags) -> BudgetModel:
             tensor_parallel_size=req.tp,
             pipeline_parallel_size=req.pp,
         )
-        r = plan_vllm(model, flags, gpu)
+        r = plan_vllm(model, flags, gpu, checkpoint_bytes=req.weights_bytes)
         stage = r.stages[r.limiting_stage]
         m = stage.memory
         return EngineBudget(
@@ -46,7 +46,7 @@ def sglang_budget(mem_fraction_static: float | None, page_size: int) -> BudgetMo
     def budget(model: ModelSpec, req: PlanRequest, gpu: GpuSpec) -> EngineBudget:
         r = plan_sglang(
             model, gpu, mem_fraction_static=mem_fraction_static, page_size=page_size, tp=req.tp,
-            kv_cache_dtype=req.kv_cache_dtype, dtype=req.dtype,
+            kv_cache_dtype=req.kv_cache_dtype, dtype=req.dtype, checkpoint_bytes=req.weights_bytes,
         )
         reserved = r.free_before_load_bytes - r.weights_bytes - r.available_kv_bytes
         return EngineBudget(
@@ -68,7 +68,9 @@ def transformers_budget(cache: str) -> BudgetModel:
     def budget(model: ModelSpec, req: PlanRequest, gpu: GpuSpec) -> EngineBudget:
         dtype = req.dtype or serving_dtype(model.config_dtype)
         hf = hf_cache_bytes(model, seq_tokens=req.seq_tokens, batch=req.batch, dtype=dtype, cache=cache)
-        weights = estimate_weights(model, dtype=dtype, tp=req.tp, pp=req.pp, quantization=req.quantization)
+        weights = estimate_weights(
+            model, dtype=dtype, tp=req.tp, pp=req.pp, quantization=req.quantization, override_bytes=req.weights_bytes
+        )
         requested = math.floor(gpu.total_memory_bytes * req.gpu_memory_utilization)
         overhead = generic_overhead_bytes(req.tp, req.pp) if req.overhead_bytes is None else req.overhead_bytes
         kv_budget = requested - weights.per_gpu_bytes - overhead

@@ -52,6 +52,7 @@ def plan_sglang(
     tp: int = 1,
     kv_cache_dtype: str = "auto",
     dtype: str | None = None,
+    checkpoint_bytes: int | None = None,
 ) -> SglangReport:
     fraction = DEFAULT_MEM_FRACTION_STATIC if mem_fraction_static is None else mem_fraction_static
     if not 0 < fraction < 1:
@@ -60,7 +61,7 @@ def plan_sglang(
         raise InputError("--page-size must be >= 1")
     dtype = dtype or serving_dtype(model.config_dtype)
     kv = resolve_kv_dtype(kv_cache_dtype, dtype)
-    weights = weights_per_stage(model, dtype=dtype, tp=tp, pp=1, quantization=None)[0][0]
+    weights = weights_per_stage(model, dtype=dtype, tp=tp, pp=1, quantization=None, checkpoint_bytes=checkpoint_bytes)[0][0]
     free_before = gpu.total_memory_bytes - CONTEXT_BYTES
     rest = free_before - weights - round(free_before * (1 - fraction))
     full = sum(s.kv_bytes_per_token(kv, tp) for s in model.layers if s.has_cache and not isinstance(s, SlidingWindowSpec))

@@ -184,11 +184,17 @@ def estimate_max_model_len(layout: KvCacheLayout, available_bytes: int, limit: i
 
 
 def plan_vllm(
-    model: ModelSpec, flags: VllmFlags, gpu: GpuSpec, *, available_shift_bytes: int = 0
+    model: ModelSpec,
+    flags: VllmFlags,
+    gpu: GpuSpec,
+    *,
+    available_shift_bytes: int = 0,
+    checkpoint_bytes: int | None = None,
 ) -> VllmReport:
     """Reproduce vLLM's start-up memory accounting and KV cache sizing for `model` on `gpu`.
 
-    `available_shift_bytes` moves every rank's budget by the same amount (the accuracy benchmark uses it
+    `checkpoint_bytes` is the checkpoint's measured size (--weights-from-hub, --weights-bytes): the weights
+    per rank follow it (vllm_memory.checkpoint_scale). `available_shift_bytes` moves every rank's budget by the same amount (the accuracy benchmark uses it
     to pin rank 0 to a logged figure while keeping the modelled differences between pipeline stages).
     """
     f = resolve_flags(model, flags, gpu)
@@ -198,6 +204,7 @@ def plan_vllm(
     memories = stage_memory(
         model, dtype=f.dtype, tp=f.tp, pp=f.pp, quantization=f.quantization,
         max_num_batched_tokens=f.max_num_batched_tokens, max_num_seqs=f.max_num_seqs,
+        checkpoint_bytes=checkpoint_bytes,
     )
     stages: list[StageKv] = []
     for mem, layers in zip(memories, pp_stage_layers(model.num_layers, f.pp)):

@@ -36,8 +36,10 @@ _NO_ROPE = ("gpt2", "gpt_bigcode", "opt")
 # top-k/top-p) and logits are gathered over TP, so TP does not shrink it: Llama-3.1-8B, S = 1,024,
 # V = 128,256: 131.3 M logits x (2 + 3.279 x 4) B + 0.023 GiB = 1.87 GiB (logged: 1.89 GiB at tp 1, 2 and 4).
 # Fitted on 6 of the 12 dense library models (14 logs): mean |error| 0.016 GiB; held out on the other 6
-# (19 logs): mean 0.048 GiB, worst -0.19 GiB (Llama-3.1-8B in float32). MoE layers and vision towers add
-# peaks this model does not have terms for (Qwen3-30B-A3B logs 2.68 GiB, the model says 2.21).
+# (19 logs): mean 0.048 GiB, worst -0.19 GiB (Llama-3.1-8B in float32). MoE models were left out of the fit;
+# their fused-MoE workspace is a separate, unfitted term (moe_workspace_bytes).
+# MoE models add the fused-MoE workspace (moe_workspace_bytes), which the forward allocates once and which
+# is still held when the sampler runs, so it adds to whichever peak wins.
 FWD_BASE_BYTES = round(0.096 * GiB)
 FWD_PER_TOKEN_WIDTH = 2.926
 SAMPLER_BASE_BYTES = round(0.023 * GiB)
@@ -100,13 +102,35 @@ def rotary_cache_bytes(model: ModelSpec, elem: int) -> int:
     return model.max_position_embeddings * rotary_dim * elem
 
 
-def weights_per_stage(model: ModelSpec, *, dtype: str, tp: int, pp: int, quantization: str | None) -> list[tuple[int, int]]:
-    """(weights bytes, rotary cache bytes) on one rank of each pipeline stage."""
+def checkpoint_scale(model: ModelSpec, checkpoint_bytes: int | None) -> float:
+    """Exact checkpoint bytes over what the parameter groups say the checkpoint holds, in its stored dtype
+    (the config's torch_dtype) and quantization; 1.0 without a measured figure.
+
+    With --weights-from-hub or --weights-bytes, every rank's modelled share is multiplied by this, so the
+    whole model matches the measured bytes while embeddings, the head, replicated norms, vocabulary padding,
+    a dtype cast at load (a float32 checkpoint served in bf16) and runtime fp8 keep their modelled effect.
+    The split over tp/pp ranks stays the parameter-group model's: exact on one GPU, approximate beyond.
+    """
+    if checkpoint_bytes is None:
+        return 1.0
+    stored_elem = weight_dtype_bytes(model.config_dtype or "float32")
+    stored = sum(group_weight_bytes(g, model.quant, stored_elem) for g in model.param_groups)
+    return checkpoint_bytes / stored if stored else 1.0
+
+
+def weights_per_stage(
+    model: ModelSpec, *, dtype: str, tp: int, pp: int, quantization: str | None, checkpoint_bytes: int | None = None
+) -> list[tuple[int, int]]:
+    """(weights bytes, rotary cache bytes) on one rank of each pipeline stage.
+
+    `checkpoint_bytes`: the checkpoint's measured size (safetensors headers), see checkpoint_scale.
+    """
     elem = weight_dtype_bytes(dtype)
     quant = model.quant or (runtime_quant(quantization) if quantization else None)
     stages = pp_stage_layers(model.num_layers, pp)
     tied = bool(model.get_extra("tie_word_embeddings", False))
     rope = rotary_cache_bytes(model, elem)
+    scale = checkpoint_scale(model, checkpoint_bytes)
     out = []
     for i, stage in enumerate(stages):
         first, last = i == 0, i == len(stages) - 1
@@ -120,8 +144,27 @@ def weights_per_stage(model: ModelSpec, *, dtype: str, tp: int, pp: int, quantiz
                 total += b if last else 0
             else:
                 total += b * len(stage) / model.num_layers
-        out.append((int(total) + rope, rope))
+        out.append((int(total * scale) + rope, rope))
     return out
+
+
+def moe_workspace_bytes(model: ModelSpec, *, dtype: str, tp: int, max_num_batched_tokens: int) -> int:
+    """vLLM's fused-MoE (Triton experts) scratch for one forward of T tokens, on one rank.
+
+    TritonExperts.workspace_shapes asks for two buffers of T x top_k rows in the activation dtype:
+    max(I, H) wide (the activation output, then the down projection) and max(2I, H) wide (the fused gate/up
+    projection), I = the expert MLP width / tp and H = hidden. vLLM's workspace manager keeps them allocated
+    after the forward. Qwen3-30B-A3B, T = 8,192, top_k 8, I = 768, H = 2,048, bf16: 65,536 x (2,048 + 2,048)
+    x 2 B = 0.50 GiB, the gap between its logged peak (2.68 GiB) and its sampler peak (2.21 GiB). gpt-oss's
+    mxfp4 experts run OpenAI's Triton kernels instead, which take no such workspace: 0 for them.
+    """
+    experts, top_k = model.get_extra("num_experts") or 0, model.get_extra("num_experts_per_tok") or 0
+    if not experts or not top_k or (model.quant is not None and model.quant.method == "mxfp4"):
+        return 0
+    width = int(model.get_extra("moe_intermediate_size") or model.intermediate_size or 0)
+    inter = cdiv(width, tp)
+    rows = max_num_batched_tokens * int(top_k)
+    return rows * (max(inter, model.hidden_size) + max(2 * inter, model.hidden_size)) * weight_dtype_bytes(dtype)
 
 
 def activation_peak_bytes(
@@ -131,11 +174,12 @@ def activation_peak_bytes(
     b = weight_dtype_bytes(dtype)
     inter = (model.intermediate_size or 4 * model.hidden_size) / tp
     forward = FWD_BASE_BYTES + FWD_PER_TOKEN_WIDTH * max_num_batched_tokens * b * (inter + model.hidden_size)
+    moe = moe_workspace_bytes(model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens)
     if not runs_sampler:
-        return int(forward)
+        return int(forward) + moe
     logits = min(max_num_seqs, max_num_batched_tokens) * padded_vocab(model.vocab_size)
     sampler = SAMPLER_BASE_BYTES + logits * b + SAMPLER_FP32_COPIES * logits * 4
-    return int(max(forward, sampler))
+    return int(max(forward, sampler)) + moe
 
 
 def non_torch_bytes(tp: int, pp: int) -> int:
@@ -155,10 +199,13 @@ def stage_memory(
     quantization: str | None,
     max_num_batched_tokens: int,
     max_num_seqs: int,
+    checkpoint_bytes: int | None = None,
 ) -> tuple[StageMemory, ...]:
     """Weights, activation peak and non-torch memory on a rank of each pipeline stage."""
     stages = pp_stage_layers(model.num_layers, pp)
-    weights = weights_per_stage(model, dtype=dtype, tp=tp, pp=pp, quantization=quantization)
+    weights = weights_per_stage(
+        model, dtype=dtype, tp=tp, pp=pp, quantization=quantization, checkpoint_bytes=checkpoint_bytes
+    )
     out = []
     for i, (stage, (w, rope)) in enumerate(zip(stages, weights)):
         last = i == len(stages) - 1
