@@ -150,12 +150,9 @@ def _paged_tokens(spec: LayerSpec, seq_tokens: int, block_size: int) -> int:
     return blocks * block_size
 
 
-def _kinds_for(layers: list[LayerSpec], kv: KvDtype, req: KvRequest, tp: int) -> tuple[KindKv, ...]:
+def _kinds_for(counts: dict[LayerSpec, int], kv: KvDtype, req: KvRequest, tp: int) -> tuple[KindKv, ...]:
+    """Per-kind totals; identical layers (frozen specs compare equal) are sized once, times their count."""
     acc: dict[tuple[str, int], dict[str, int]] = {}
-    # Identical layers (frozen specs compare equal) are sized once: a uniform 80-layer model costs one spec.
-    counts: dict[LayerSpec, int] = {}
-    for spec in layers:
-        counts[spec] = counts.get(spec, 0) + 1
     for spec, n in counts.items():
         resident = spec.resident_tokens(req.seq_tokens)
         key = (spec.kind, resident)
@@ -184,13 +181,13 @@ def estimate_kv(model: ModelSpec, kv: KvDtype, req: KvRequest) -> KvEstimate:
     """KV bytes of `model` for `req`, per GPU (fullest stage, one TP rank) and for the whole model."""
     req.validate()
     stages = pp_stage_layers(model.num_layers, req.pp)
-    per_stage = [_kinds_for([model.layers[i] for i in stage], kv, req, req.tp) for stage in stages]
+    per_stage = [_kinds_for(model.spec_counts(stage), kv, req, req.tp) for stage in stages]
 
     def stage_bytes(kinds: tuple[KindKv, ...]) -> int:
         return sum(k.paged_bytes + k.state_bytes for k in kinds)
 
     fullest = max(range(len(per_stage)), key=lambda s: stage_bytes(per_stage[s]))
-    whole = _kinds_for(list(model.layers), kv, req, 1)
+    whole = _kinds_for(model.spec_counts(range(model.num_layers)), kv, req, 1)
     return KvEstimate(
         request=req,
         kv_dtype=kv,

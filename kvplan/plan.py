@@ -27,6 +27,11 @@ GENERIC_OVERHEAD_BYTES = 2 * GiB
 GENERIC_MULTI_GPU_EXTRA_BYTES = 2 * GiB
 
 
+def requests_phrase(n: int) -> str:
+    """'1 request', '16 requests'."""
+    return f"{n:,} request" if n == 1 else f"{n:,} requests"
+
+
 def generic_overhead_bytes(tp: int, pp: int) -> int:
     return GENERIC_OVERHEAD_BYTES + (GENERIC_MULTI_GPU_EXTRA_BYTES if tp * pp > 1 else 0)
 
@@ -211,14 +216,14 @@ def _suggestions(
 ) -> list[Suggestion]:
     out: list[Suggestion] = []
     if fit.max_concurrency >= 1:
-        out.append(Suggestion(f"--batch {fit.max_concurrency}", f"{fit.max_concurrency} requests of {req.seq_tokens:,} tokens fit"))
+        out.append(Suggestion(f"--batch {fit.max_concurrency}", f"{requests_phrase(fit.max_concurrency)} of {req.seq_tokens:,} tokens fit"))
     if fit.max_seq_tokens >= 1:
-        out.append(Suggestion(f"--seq {fit.max_seq_tokens}", f"{req.batch} requests fit at {fit.max_seq_tokens:,} tokens"))
+        out.append(Suggestion(f"--seq {fit.max_seq_tokens}", f"{requests_phrase(req.batch)} fit at {fit.max_seq_tokens:,} tokens"))
     if kv_dtype.bits > 8:
         fp8 = replace(req, kv_cache_dtype="fp8")
         p = plan(model, fp8, [gpu], suggest=False, budget_model=budget_model)
         f = p.fits[0]
-        verdict = "fits" if f.fits else f"holds {f.max_concurrency} requests"
+        verdict = "fits" if f.fits else f"holds {requests_phrase(f.max_concurrency)}"
         out.append(Suggestion("--kv-cache-dtype fp8", f"{verdict} ({f.kv_needed_bytes / GiB:,.2f} GiB KV needed)"))
     tp = req.tp
     for _ in range(5):

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvplan.gpus import GpuSpec
-from kvplan.plan import GpuFit, Plan
+from kvplan.plan import GpuFit, Plan, requests_phrase
 from kvplan.units import GiB, fmt_bytes
 
 
@@ -216,7 +216,7 @@ def render_plan(p: Plan, console: Console, *, gpu_named: bool) -> None:
     console.print(f"  source: {m.source}")
     shard = "" if r.tp == 1 and r.pp == 1 else f", tp={r.tp} pp={r.pp}"
     console.print(
-        f"  request: {r.seq_tokens:,} tokens x {_requests(r.batch)}, KV {p.kv_dtype.name}, weights {p.dtype}, "
+        f"  request: {r.seq_tokens:,} tokens x {requests_phrase(r.batch)}, KV {p.kv_dtype.name}, weights {p.dtype}, "
         f"block {r.block_size}{shard}"
     )
     summary = Table(show_header=False, box=None, pad_edge=False)
@@ -225,7 +225,7 @@ def render_plan(p: Plan, console: Console, *, gpu_named: bool) -> None:
     summary.add_column()
     summary.add_row("KV per token", fmt_bytes(kv.model_bytes_per_token), "all layers, whole model")
     summary.add_row("KV per request", _gib(kv.model_contiguous_bytes_per_request), f"at {r.seq_tokens:,} tokens")
-    summary.add_row("KV for the batch", _gib(kv.model_batch_contiguous_bytes), f"{_requests(r.batch)}, contiguous")
+    summary.add_row("KV for the batch", _gib(kv.model_batch_contiguous_bytes), f"{requests_phrase(r.batch)}, contiguous")
     if r.tp * r.pp > 1:
         summary.add_row("KV per GPU", _gib(kv.batch_paged_bytes), f"paged, fullest of {r.tp * r.pp} GPUs")
     else:
@@ -240,7 +240,7 @@ def render_plan(p: Plan, console: Console, *, gpu_named: bool) -> None:
             console.print(
                 f"Verdict on {f.gpu.key}: {verdict}: {r.batch} x {r.seq_tokens:,} tokens need {_gib(f.kv_needed_bytes)} "
                 f"of KV per GPU; {_gib(f.kv_budget_bytes)} is free for KV. Max concurrency {f.max_concurrency} at "
-                f"{r.seq_tokens:,} tokens; longest context for {r.batch} requests: {f.max_seq_tokens:,} tokens."
+                f"{r.seq_tokens:,} tokens; longest context for {requests_phrase(r.batch)}: {f.max_seq_tokens:,} tokens."
             )
             for s in f.suggestions:
                 console.print(f"  try {s.change}: {s.effect}")
@@ -258,10 +258,6 @@ def render_plan(p: Plan, console: Console, *, gpu_named: bool) -> None:
         console.print(f"KV dtype {p.kv_dtype.name}: {p.kv_dtype.scales_note}.")
     for note in p.notes:
         console.print(f"[dim]note: {note}[/dim]")
-
-
-def _requests(n: int) -> str:
-    return f"{n:,} request" if n == 1 else f"{n:,} requests"
 
 
 def _weights_row(p: Plan) -> tuple[str, str]:

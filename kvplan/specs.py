@@ -243,6 +243,21 @@ class ModelSpec:
     def num_params(self) -> int:
         return sum(g.params for g in self.param_groups)
 
+    def spec_counts(self, layers: range) -> dict[LayerSpec, int]:
+        """How many of `layers` share each distinct spec ({FullAttentionSpec(8, 128): 32} for Llama-3.1-8B).
+
+        Planning sizes each distinct spec once; this memo (a pure function of frozen fields, kept in the
+        instance dict) spares the bisections of `plan` from re-hashing 80 identical specs per step.
+        """
+        memo = self.__dict__.setdefault("_spec_counts_memo", {})
+        key = (layers.start, layers.stop)
+        if key not in memo:
+            counts: dict[LayerSpec, int] = {}
+            for i in layers:
+                counts[self.layers[i]] = counts.get(self.layers[i], 0) + 1
+            memo[key] = counts
+        return memo[key]
+
     def layer_kinds(self) -> dict[str, int]:
         """Count of layers per kind, in first-seen order: {'sliding_window': 12, 'full_attention': 12}."""
         out: dict[str, int] = {}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.check import load_requests
+from kvplan.check.files import load_requests
 from kvplan.check.loader import MAX_FILE_BYTES, load_documents
 from kvplan.errors import DeploymentError
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.check import load_requests
+from kvplan.check.files import load_requests
 from kvplan.check.build import normalize_model
 from kvplan.check.command import find_invocation, shell_commands
 from kvplan.check.flags import parse_args
