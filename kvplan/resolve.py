@@ -75,8 +75,13 @@ def resolve_model(
     revision: str | None = None,
     token: str | None = None,
     offline: bool = False,
+    prefer_library: bool = False,
 ) -> Resolved:
-    """Resolve MODEL (path, library name or Hub repo id) to a ModelSpec."""
+    """Resolve MODEL (path, library name or Hub repo id) to a ModelSpec.
+
+    prefer_library: use the bundled copy without asking the Hub even online (`kvplan check` in CI must not
+    need the network for a model the library holds).
+    """
     text = model.strip()
     if not text:
         raise ModelNotFoundError("the model argument is empty; give a Hub id, a library name or a config path")
@@ -92,7 +97,7 @@ def resolve_model(
         return Resolved(_from_library(entry))
     repo_id = text.removeprefix("hf://")
 
-    if offline and entry is not None and revision is None:
+    if (offline or prefer_library) and entry is not None and revision is None:
         return Resolved(_from_library(entry))
 
     from kvplan import hub  # the only module that touches the network (huggingface_hub loads on first call)

@@ -101,6 +101,13 @@ def test_offline_never_asks_the_hub(runner, hub_env: HubEnv, tmp_path):
     assert hub_env.hub.requests == []
 
 
+def test_library_models_need_no_network_even_online(runner, hub_env: HubEnv):
+    # hub_env is online (HF_HUB_OFFLINE unset) and its fake Hub holds nothing: the bundled copy answers.
+    result = run_cli(runner, "check", str(FIXTURES / "check" / "vllm-h100-fits.yaml"), "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert hub_env.hub.requests == []
+
+
 DEPLOY_FILES = REFERENCE / "deploy-files"
 
 
