@@ -90,6 +90,9 @@ class EngineBudget:
     max_concurrency: int | None = None  # the engine's own count, when it has one
     fits: bool | None = None  # False when the engine would refuse to start
     detail: object | None = None
+    # The batch's KV in the engine's own units (vLLM: blocks per request of every KV-cache group, including
+    # the in-flight tokens a sliding window reserves); None = kvplan's engine-neutral paged accounting.
+    kv_needed_bytes: int | None = None
 
 
 # An engine's budget model: (model, request, gpu) -> EngineBudget. None means the generic budget above.
@@ -183,7 +186,7 @@ def fit_gpu(
         requested, overhead, weights_per_gpu, budget = (
             eb.requested_bytes, eb.overhead_bytes, eb.weights_per_gpu_bytes, eb.kv_budget_bytes
         )
-    needed = kv.batch_paged_bytes
+    needed = kv.batch_paged_bytes if eb is None or eb.kv_needed_bytes is None else eb.kv_needed_bytes
     fits = needed <= budget if eb is None or eb.fits is None else eb.fits
     concurrency = _max_concurrency(kv, budget) * req.replicas if budget > 0 else 0
     if eb is not None and eb.max_concurrency is not None:

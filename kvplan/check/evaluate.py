@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kvplan.check.model import CANNOT_EVALUATE, DOES_NOT_FIT, FITS, CheckResult, DeploymentRequest
-from kvplan.engines.sglang import SWA_FULL_TOKENS_RATIO, plan_sglang
+from kvplan.engines.sglang import plan_sglang
 from kvplan.engines.vllm import VllmFlags, VllmReport, plan_vllm
 from kvplan.errors import KvplanError
 from kvplan.gpus import GpuSpec, find_gpu
@@ -111,8 +111,7 @@ def _sglang(model: ModelSpec, req: DeploymentRequest, gpu: GpuSpec, version: str
         )
     return Capacity(
         available_bytes=report.available_kv_bytes,
-        # Each full-attention token brings SWA_FULL_TOKENS_RATIO sliding-window tokens in SGLang's second pool.
-        needed_bytes=round(needed_tokens * (report.cell_size_bytes + SWA_FULL_TOKENS_RATIO * report.swa_cell_size_bytes)),
+        needed_bytes=report.kv_bytes_for_tokens(needed_tokens),
         max_concurrency=report.max_concurrency(max_len) * _replicas(req) if max_len else 0.0,
         startup_error=error,
         max_model_len=max_len,

@@ -37,6 +37,7 @@ def vllm_budget(base: VllmFlags) -> BudgetModel:
             max_concurrency=math.floor(r.max_concurrency),
             fits=r.startup_error is None and req.batch <= r.max_concurrency,
             detail=r,
+            kv_needed_bytes=req.batch * r.blocks_per_request * stage.layout.bytes_per_block,
         )
 
     return budget
@@ -57,6 +58,7 @@ def sglang_budget(mem_fraction_static: float | None, page_size: int) -> BudgetMo
             max_concurrency=r.max_total_num_tokens // req.seq_tokens,
             fits=req.batch * req.seq_tokens <= r.max_total_num_tokens,
             detail=r,
+            kv_needed_bytes=r.kv_bytes_for_tokens(req.batch * req.seq_tokens),
         )
 
     return budget
@@ -83,6 +85,7 @@ def transformers_budget(cache: str) -> BudgetModel:
             max_concurrency=max(0, kv_budget) // one if one else None,
             fits=hf.total_bytes <= kv_budget,
             detail=hf,
+            kv_needed_bytes=hf.total_bytes,
         )
 
     return budget

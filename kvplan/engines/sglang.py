@@ -39,6 +39,10 @@ class SglangReport:
     max_total_num_tokens: int
     swa_max_total_num_tokens: int
 
+    def kv_bytes_for_tokens(self, tokens: int) -> int:
+        """Pool bytes `tokens` full-attention tokens take, with the sliding-window pool's share that each brings."""
+        return round(tokens * (self.cell_size_bytes + SWA_FULL_TOKENS_RATIO * self.swa_cell_size_bytes))
+
     def max_concurrency(self, seq_tokens: int) -> float:
         return self.max_total_num_tokens / seq_tokens if seq_tokens else 0.0
 

@@ -36,10 +36,9 @@ _NO_ROPE = ("gpt2", "gpt_bigcode", "opt")
 # top-k/top-p) and logits are gathered over TP, so TP does not shrink it: Llama-3.1-8B, S = 1,024,
 # V = 128,256: 131.3 M logits x (2 + 3.279 x 4) B + 0.023 GiB = 1.87 GiB (logged: 1.89 GiB at tp 1, 2 and 4).
 # Fitted on 6 of the 12 dense library models (14 logs): mean |error| 0.016 GiB; held out on the other 6
-# (19 logs): mean 0.048 GiB, worst -0.19 GiB (Llama-3.1-8B in float32). MoE models were left out of the fit;
-# their fused-MoE workspace is a separate, unfitted term (moe_workspace_bytes).
-# MoE models add the fused-MoE workspace (moe_workspace_bytes), which the forward allocates once and which
-# is still held when the sampler runs, so it adds to whichever peak wins.
+# (19 logs): mean 0.048 GiB, worst -0.19 GiB (Llama-3.1-8B in float32). MoE models were left out of the fit:
+# they add the fused-MoE workspace (moe_workspace_bytes, buffer shapes from vLLM, no fitted coefficient),
+# which the forward allocates once and still holds when the sampler runs, so it adds to whichever peak wins.
 FWD_BASE_BYTES = round(0.096 * GiB)
 FWD_PER_TOKEN_WIDTH = 2.926
 SAMPLER_BASE_BYTES = round(0.023 * GiB)
