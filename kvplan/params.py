@@ -140,6 +140,19 @@ def _where(kinds: Sequence[str], *wanted: str) -> list[int]:
     return [i for i, k in enumerate(kinds) if k in wanted]
 
 
+def _qkvo(
+    c: _Counter, hidden: int, heads: int, kv_heads: int, head_dim: int, layers: list[int],
+    *, kv_layers: list[int] | None = None, bias: bool = False,
+) -> None:
+    """Standard attention projections; k and v only on `kv_layers` (Gemma 3n's shared layers have none)."""
+    p = "{p}.layers.{i}.self_attn"
+    kv_layers = layers if kv_layers is None else kv_layers
+    c.linear("attention", p + ".q_proj", hidden, heads * head_dim, layers=layers, bias=bias)
+    c.linear("attention", p + ".k_proj", hidden, kv_heads * head_dim, layers=kv_layers, bias=bias)
+    c.linear("attention", p + ".v_proj", hidden, kv_heads * head_dim, layers=kv_layers, bias=bias)
+    c.linear("attention", p + ".o_proj", heads * head_dim, hidden, layers=layers, bias=bias)
+
+
 _ATTENTION_KINDS = ("full", "sliding", "chunked", "shared")
 _QK_NORM_TYPES = ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_next", "olmo2", "gemma3n_text")
 
@@ -344,11 +357,7 @@ def _jamba(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
     heads = cfg.int("num_attention_heads")
     kv = cfg.int("num_key_value_heads", required=False) or heads
     hd = hidden // heads
-    p = "{p}.layers.{i}.self_attn"
-    c.linear("attention", p + ".q_proj", hidden, heads * hd, layers=attn)
-    c.linear("attention", p + ".k_proj", hidden, kv * hd, layers=attn)
-    c.linear("attention", p + ".v_proj", hidden, kv * hd, layers=attn)
-    c.linear("attention", p + ".o_proj", heads * hd, hidden, layers=attn)
+    _qkvo(c, hidden, heads, kv, hd, attn)
     mamba = _where(kinds, "mamba1")
     inner = cfg.int("mamba_expand") * hidden
     d_state, d_conv = cfg.int("mamba_d_state"), cfg.int("mamba_d_conv")
@@ -394,11 +403,7 @@ def _granitemoehybrid(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
     kv = cfg.int("num_key_value_heads", required=False) or heads
     hd = cfg.int("head_dim", required=False) or hidden // heads
     bias = cfg.bool("attention_bias", False)
-    p = "{p}.layers.{i}.self_attn"
-    c.linear("attention", p + ".q_proj", hidden, heads * hd, layers=attn, bias=bias)
-    c.linear("attention", p + ".k_proj", hidden, kv * hd, layers=attn, bias=bias)
-    c.linear("attention", p + ".v_proj", hidden, kv * hd, layers=attn, bias=bias)
-    c.linear("attention", p + ".o_proj", heads * hd, hidden, layers=attn, bias=bias)
+    _qkvo(c, hidden, heads, kv, hd, attn, bias=bias)
     _mamba2_mixer(c, cfg, hidden, _where(kinds, "mamba"), heads_key=("mamba_n_heads",),
                   head_dim_key=("mamba_d_head",), groups_key=("mamba_n_groups",), state_key=("mamba_d_state",),
                   kernel_key=("mamba_d_conv",), conv_bias=cfg.bool("mamba_conv_bias", True),
@@ -430,11 +435,7 @@ def _gemma3n(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
     _embeddings(c, cfg, hidden, tied_default=True)
     every = list(range(layers))
     own_kv = [i for i, k in enumerate(kinds) if k != "shared"]
-    p = "{p}.layers.{i}.self_attn"
-    c.linear("attention", p + ".q_proj", hidden, heads * hd, layers=every)
-    c.linear("attention", p + ".k_proj", hidden, kv * hd, layers=own_kv)
-    c.linear("attention", p + ".v_proj", hidden, kv * hd, layers=own_kv)
-    c.linear("attention", p + ".o_proj", heads * hd, hidden, layers=every)
+    _qkvo(c, hidden, heads, kv, hd, every, kv_layers=own_kv)
     c.add("norms", (layers + len(own_kv)) * hd, tp="replicated")  # q_norm everywhere, k_norm where KV is own
     inters = cfg.list_int("intermediate_size", layers)
     for width in sorted(set(inters)):
