@@ -106,7 +106,7 @@ def models_command(
 
 
 def render_models(rows: list[ModelRow], console: Console) -> None:
-    t = Table(title=f"Model library ({len(rows)} models; KV and weights at the served dtype, tp=1)")
+    t = Table(title=f"Model library ({len(rows)} model{'' if len(rows) == 1 else 's'}; KV and weights at the served dtype, tp=1)")
     for col in ("model", "family", "layer kinds", "layers", "KV heads", "KV/token", "state/req", "params",
                 "weights", "max context"):
         right = col in ("layers", "KV/token", "state/req", "params", "weights", "max context")
