@@ -56,3 +56,9 @@ def test_sliding_window_pool():
 def test_bad_fraction():
     with pytest.raises(InputError, match="mem-fraction-static"):
         plan_sglang(_model("meta-llama/Llama-3.1-8B-Instruct"), GPU, mem_fraction_static=1.5)
+
+
+def test_pool_bytes_for_tokens_include_the_sliding_pool_share():
+    # gemma-2-9b: each full-attention token (21 x 8,192 B) brings 0.8 sliding-window tokens (21 x 8,192 B each).
+    r = plan_sglang(_model("google/gemma-2-9b-it"), GPU, mem_fraction_static=0.85)
+    assert r.kv_bytes_for_tokens(1000) == round(1000 * 21 * 8192 * (1 + SWA_FULL_TOKENS_RATIO))

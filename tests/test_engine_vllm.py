@@ -191,3 +191,14 @@ def test_fused_moe_workspace():
     # Dense models and gpt-oss's mxfp4 experts (OpenAI's Triton kernels) take none.
     for name in ("meta-llama/Llama-3.1-8B-Instruct", "openai/gpt-oss-20b"):
         assert moe_workspace_bytes(_model(name), dtype="bfloat16", tp=1, max_num_batched_tokens=8192) == 0
+
+
+def test_estimate_states_the_batch_need_in_vllm_blocks():
+    # gpt-oss-20b: two KV-cache groups of 12 layers (sliding, full); page per layer 16 tokens x 8 KV heads x 64 x
+    # (K, V) x 2 B = 32,768 B, so 12 x 32,768 = 393,216 B per block. One request of 131,072 tokens needs
+    # cdiv(131,072, 16) = 8,192 full blocks + cdiv(min(128 - 1 + 8,192 in flight, 131,072), 16) + 1 = 521 sliding
+    # blocks = 8,713; eight requests: 8 x 8,713 x 393,216 B (kvplan's engine-neutral paging says less: 9 blocks).
+    from kvplan.api import estimate
+
+    fit = estimate("openai/gpt-oss-20b", seq_tokens=131072, batch=8, gpu="H100", offline=True).plan.fits[0]
+    assert fit.kv_needed_bytes == 8 * 8713 * 393_216
