@@ -11,12 +11,12 @@ from rich.console import Console
 
 from kvplan.engines import ENGINES
 from kvplan.errors import InputError
-from kvplan.gpus import COMMON_GPUS, GpuSpec, custom_gpu, find_gpu
-from kvplan.plan import BudgetModel, Plan, PlanRequest, plan
-from kvplan.render import plan_to_dict, render_plan
-from kvplan.resolve import resolve_model
-from kvplan.specs import ModelSpec
-from kvplan.weights import estimate_weights
+from kvplan.hardware.gpus import COMMON_GPUS, GpuSpec, custom_gpu, find_gpu
+from kvplan.capacity.plan import BudgetModel, Plan, PlanRequest, plan
+from kvplan.cli.render import plan_to_dict, render_plan
+from kvplan.sources.resolve import resolve_model
+from kvplan.model.specs import ModelSpec
+from kvplan.capacity.weights import estimate_weights
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def checkpoint_bytes_from_hub(
     model: str, spec: ModelSpec, *, revision: str | None, token: str | None, offline: bool
 ) -> tuple[int, str]:
     """--weights-from-hub: the checkpoint's exact bytes from its safetensors headers, and where they came from."""
-    from kvplan.weights import hub_weights_source, weights_from_hub
+    from kvplan.capacity.weights import hub_weights_source, weights_from_hub
 
     if offline:
         raise InputError("--weights-from-hub reads the Hub; drop --offline, or give the size with --weights-bytes")

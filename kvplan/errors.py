@@ -46,7 +46,7 @@ class ModelNotFoundError(KvplanError):
 class HubError(KvplanError):
     """The Hugging Face Hub could not provide the config (gated, missing, offline, ...).
 
-    `reason` says which (kvplan.hub.HUB_ERROR_REASONS) so the resolver can fall back to the library.
+    `reason` says which (kvplan.sources.hub.HUB_ERROR_REASONS) so the resolver can fall back to the library.
     """
 
     def __init__(self, message: str, reason: str = "") -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kvplan.parse import parse_config
-from kvplan.specs import ModelSpec
+from kvplan.model.parse import parse_config
+from kvplan.model.specs import ModelSpec
 
 
 def llama_config(**overrides) -> dict:

@@ -1,4 +1,4 @@
-"""A fake Hugging Face Hub on 127.0.0.1 answering the requests huggingface_hub makes for kvplan.hub."""
+"""A fake Hugging Face Hub on 127.0.0.1 answering the requests huggingface_hub makes for kvplan.sources.hub."""
 
 from __future__ import annotations
 

@@ -10,9 +10,9 @@ import pytest
 
 from kvplan.check.files import load_requests
 from kvplan.check.build import normalize_model
-from kvplan.check.command import find_invocation, shell_commands
+from kvplan.check.invocation import find_invocation, shell_commands
 from kvplan.check.flags import parse_args
-from kvplan.check.own_schema import KEYS
+from kvplan.check.readers.own_schema import KEYS
 from kvplan.errors import DeploymentError
 
 ROOT = Path(__file__).resolve().parents[1]

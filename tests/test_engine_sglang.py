@@ -7,8 +7,8 @@ import pytest
 from kvplan.engines.sglang import CONTEXT_BYTES, SWA_FULL_TOKENS_RATIO, plan_sglang
 from kvplan.engines.vllm_memory import weights_per_stage
 from kvplan.errors import InputError
-from kvplan.gpus import custom_gpu
-from kvplan.resolve import resolve_model
+from kvplan.hardware.gpus import custom_gpu
+from kvplan.sources.resolve import resolve_model
 from kvplan.units import GiB
 
 GPU = custom_gpu(80 * GiB)

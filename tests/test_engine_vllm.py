@@ -10,8 +10,8 @@ from kvplan.engines.vllm import VllmFlags, plan_vllm
 from kvplan.engines.vllm_kv import VllmLayerSpec, kv_cache_layout
 from kvplan.engines.vllm_memory import moe_workspace_bytes, padded_vocab, rotary_cache_bytes
 from kvplan.errors import InputError
-from kvplan.gpus import H100_SXM_CUDA_TOTAL_BYTES, find_gpu
-from kvplan.resolve import resolve_model
+from kvplan.hardware.gpus import H100_SXM_CUDA_TOTAL_BYTES, find_gpu
+from kvplan.sources.resolve import resolve_model
 from kvplan.units import GiB, MiB
 from tests.conftest import run_cli
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from kvplan.errors import InputError
-from kvplan.gpus import COMMON_GPUS, MEMORY_KINDS, GpuSpec, all_gpus, custom_gpu, find_gpu
+from kvplan.hardware.gpus import COMMON_GPUS, MEMORY_KINDS, GpuSpec, all_gpus, custom_gpu, find_gpu
 from kvplan.units import GiB, MiB
 
 

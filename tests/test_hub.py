@@ -1,4 +1,4 @@
-"""kvplan.hub through huggingface_hub's real client, against the fake Hub of tests/hub_server.py."""
+"""kvplan.sources.hub through huggingface_hub's real client, against the fake Hub of tests/hub_server.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvplan.errors import ConfigError, HubError
-from kvplan.hub import HubFiles, SafetensorsBytes, fetch_model_files, fetch_safetensors_bytes, looks_like_repo_id
+from kvplan.sources.hub import HubFiles, SafetensorsBytes, fetch_model_files, fetch_safetensors_bytes, looks_like_repo_id
 from tests.conftest_hub import HubEnv, closed_port_url
 from tests.hub_server import safetensors_file
 
@@ -331,7 +331,7 @@ def test_existing_local_path_is_not_a_repo_id(tmp_path: Path, monkeypatch: pytes
 
 
 def test_importing_kvplan_hub_does_not_import_huggingface_hub() -> None:
-    code = "import sys, kvplan.hub; print('huggingface_hub' in sys.modules)"
+    code = "import sys, kvplan.sources.hub; print('huggingface_hub' in sys.modules)"
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(root)}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from kvplan import library
+from kvplan.sources import library
 from kvplan.errors import HubError
-from kvplan.weights import estimate_weights, hub_weights_source, weights_from_hub
+from kvplan.capacity.weights import estimate_weights, hub_weights_source, weights_from_hub
 from tests.conftest import run_cli
 from tests.conftest_hub import HubEnv
 from tests.hub_server import safetensors_file
@@ -61,7 +61,7 @@ def test_weights_from_hub_reads_safetensors_headers(hub_env: HubEnv) -> None:
     # BF16 16*8 = 128 values * 2 B = 256 B; I32 4*8 = 32 * 4 B = 128 B.
     assert weights_from_hub("org/int4") == 384
     entry = library.require("meta-llama/Llama-3.2-1B-Instruct")
-    from kvplan.parse import parse_config
+    from kvplan.model.parse import parse_config
 
     model = parse_config(entry.read_config(), name=entry.repo_id, source=entry.filename)
     est = estimate_weights(model, dtype="bfloat16", override_bytes=384, override_source=hub_weights_source("org/int4"))

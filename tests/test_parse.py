@@ -6,11 +6,11 @@ import copy
 
 import pytest
 
-from kvplan import library
-from kvplan.dtypes import BFLOAT16, FLOAT16
+from kvplan.sources import library
+from kvplan.model.dtypes import BFLOAT16, FLOAT16
 from kvplan.errors import ConfigError
-from kvplan.parse import parse_config
-from kvplan.specs import FullAttentionSpec, MLASpec, SharedKVSpec, SlidingWindowSpec, StateSpec
+from kvplan.model.parse import parse_config
+from kvplan.model.specs import FullAttentionSpec, MLASpec, SharedKVSpec, SlidingWindowSpec, StateSpec
 from tests.factories import llama_config
 
 

@@ -12,10 +12,10 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvplan import library
+from kvplan.sources import library
 from kvplan.errors import ConfigError, KvplanError
-from kvplan.models import model_row
-from kvplan.parse import parse_config
+from kvplan.cli.models import model_row
+from kvplan.model.parse import parse_config
 
 ENTRIES = library.entries()
 CONFIGS = [(e, e.read_config(), e.read_hf_quant_config()) for e in ENTRIES]

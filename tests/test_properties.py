@@ -7,11 +7,11 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvplan.dtypes import BFLOAT16, FLOAT16, FP8_E4M3
+from kvplan.model.dtypes import BFLOAT16, FLOAT16, FP8_E4M3
 from kvplan.errors import KvplanError
-from kvplan.kv import KvRequest, estimate_kv
-from kvplan.parse import parse_config
-from kvplan.resolve import resolve_model
+from kvplan.capacity.kv import KvRequest, estimate_kv
+from kvplan.model.parse import parse_config
+from kvplan.sources.resolve import resolve_model
 from tests.factories import llama_config
 
 json_values = st.recursive(

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan import library
+from kvplan.sources import library
 from kvplan.errors import ConfigError, InputError
-from kvplan.parse import parse_config
-from kvplan.quant import exclusion_predicate, matrix_bytes, parse_quant
-from kvplan.specs import QuantSpec
-from kvplan.weights import estimate_weights
+from kvplan.model.parse import parse_config
+from kvplan.model.quant import exclusion_predicate, matrix_bytes, parse_quant
+from kvplan.model.specs import QuantSpec
+from kvplan.capacity.weights import estimate_weights
 from tests.factories import llama_config
 
 

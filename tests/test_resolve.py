@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kvplan.errors import ConfigError, HubError, ModelNotFoundError
-from kvplan.resolve import resolve_model
+from kvplan.sources.resolve import resolve_model
 from tests.conftest import run_cli
 from tests.conftest_hub import HubEnv, closed_port_url
 from tests.factories import llama_config

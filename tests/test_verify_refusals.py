@@ -25,7 +25,7 @@ def test_refuses_more_than_the_device_has_before_allocating(runner, monkeypatch)
 
     calls = []
     monkeypatch.setattr(alloc, "_zeros", lambda *a, **k: calls.append(a) or pytest.fail("allocated"))
-    monkeypatch.setattr("kvplan.verify.run.free_bytes", lambda torch, device: 1 << 20)  # 1 MiB free
+    monkeypatch.setattr("kvplan.verify.rank.free_bytes", lambda torch, device: 1 << 20)  # 1 MiB free
     result = run_cli(runner, "verify", *LLAMA)
     assert result.exit_code == 2 and not calls
     assert "needs" in result.stderr and "but cpu has 1.00 MiB free; nothing was allocated" in result.stderr
@@ -66,7 +66,7 @@ def test_a_ring_one_block_short_is_caught_by_the_check():
     """The check is not a formality: drop one block from gpt-oss's sliding ring and tokens of the window vanish."""
     pytest.importorskip("torch")
     from kvplan.verify.device import import_torch
-    from kvplan.verify.run import run_check
+    from kvplan.verify.rank import run_check
     from kvplan.verify.setup import VerifyRequest, prepare
 
     torch = import_torch()
@@ -74,7 +74,7 @@ def test_a_ring_one_block_short_is_caught_by_the_check():
     good = run_check(torch, setup, torch.device("cpu"), None)
     assert good.passed and good.windows_wrapped
 
-    import kvplan.verify.run as run
+    import kvplan.verify.rank as run
 
     real_replan = run.replan
 

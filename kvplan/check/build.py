@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from kvplan.check.command import unexpanded
+from kvplan.check.invocation import unexpanded
 from kvplan.check.flags import ParsedArgs, bool_word
 from kvplan.check.model import DeploymentRequest, Location, Unresolved
 from kvplan.check.templates import find_template, unmask

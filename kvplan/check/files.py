@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from kvplan.check.detect import RECOGNISED, requests_of_document
+from kvplan.check.readers import RECOGNISED, requests_of_document
 from kvplan.check.loader import load_documents
 from kvplan.check.model import CANNOT_EVALUATE, CheckResult, DeploymentRequest, Location, Unresolved
 from kvplan.errors import DeploymentError

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.dtypes import resolve_kv_dtype, serving_dtype
+from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.engines.vllm_memory import weights_per_stage
 from kvplan.errors import InputError
-from kvplan.gpus import GpuSpec
-from kvplan.specs import ModelSpec, SlidingWindowSpec
+from kvplan.hardware.gpus import GpuSpec
+from kvplan.model.specs import ModelSpec, SlidingWindowSpec
 from kvplan.units import GiB
 
 # Memory CUDA, the context and NCCL take before SGLang measures "free before load": vLLM 0.19 logs 0.51 GiB of

@@ -13,13 +13,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from kvplan.dtypes import KvDtype, resolve_kv_dtype, serving_dtype, normalize_weight_dtype
+from kvplan.model.dtypes import KvDtype, resolve_kv_dtype, serving_dtype, normalize_weight_dtype
 from kvplan.engines.vllm_kv import KvCacheLayout, kv_cache_layout, vllm_layer_spec
 from kvplan.engines.vllm_memory import StageMemory, stage_memory
 from kvplan.errors import InputError
-from kvplan.gpus import GpuSpec
-from kvplan.kv import pp_stage_layers
-from kvplan.specs import ModelSpec
+from kvplan.hardware.gpus import GpuSpec
+from kvplan.capacity.kv import pp_stage_layers
+from kvplan.model.specs import ModelSpec
 from kvplan.units import GiB
 
 VLLM_VERSIONS = ("current", "0.19")

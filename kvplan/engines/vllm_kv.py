@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.dtypes import KvDtype
+from kvplan.model.dtypes import KvDtype
 from kvplan.errors import InputError
-from kvplan.specs import (
+from kvplan.model.specs import (
     ChunkedLocalAttentionSpec,
     LayerSpec,
     MLASpec,

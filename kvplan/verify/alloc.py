@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from kvplan.specs import FullAttentionSpec, MLASpec, StateSpec, kv_heads_per_rank
+from kvplan.model.specs import FullAttentionSpec, MLASpec, StateSpec, kv_heads_per_rank
 from kvplan.units import cdiv
 from kvplan.verify.device import torch_dtype
 from kvplan.verify.setup import LayerPlan, VerifySetup

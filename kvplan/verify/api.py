@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from kvplan.verify.device import import_torch
-from kvplan.verify.run import RankResult
+from kvplan.verify.rank import RankResult
 from kvplan.verify.setup import VerifyRequest, VerifySetup, prepare
 
 

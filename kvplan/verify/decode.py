@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from kvplan.specs import FullAttentionSpec, MLASpec, StateSpec, kv_heads_per_rank
+from kvplan.model.specs import FullAttentionSpec, MLASpec, StateSpec, kv_heads_per_rank
 from kvplan.units import cdiv
 from kvplan.verify.alloc import LayerCache, StateCache, TokenCache, _first_visible, state_shape
 from kvplan.verify.device import torch_dtype

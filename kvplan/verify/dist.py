@@ -16,7 +16,7 @@ from typing import Any
 
 from kvplan.errors import DeviceError, InputError, KvplanError
 from kvplan.verify.device import import_torch
-from kvplan.verify.run import RankResult, run_rank
+from kvplan.verify.rank import RankResult, run_rank
 from kvplan.verify.setup import VerifySetup
 
 

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kvplan.units import fmt_bytes
-from kvplan.verify.run import RankResult
+from kvplan.verify.rank import RankResult
 from kvplan.verify.setup import VerifySetup
 
 
@@ -21,7 +21,7 @@ def progress_bar(enabled: bool) -> Iterator[Progress | None]:
     if not enabled:
         yield None
         return
-    from kvplan.output import stderr_console
+    from kvplan.cli.output import stderr_console
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=stderr_console(), transient=True)

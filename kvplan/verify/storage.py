@@ -1,4 +1,4 @@
-"""KV element formats as torch storage: plain floats, fp8, and uint8 codes with the scales kvplan.dtypes counts.
+"""KV element formats as torch storage: plain floats, fp8, and uint8 codes with the scales kvplan.model.dtypes counts.
 
 Each format turns a [..., D] vector of values into storage tensors and back, with scales per vector exactly
 as `KvDtype.vector_bytes` counts them: int8 D=128 -> 128 code bytes + one fp32 scale = 132 B.
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from kvplan.dtypes import KvDtype
+from kvplan.model.dtypes import KvDtype
 from kvplan.units import cdiv
 
 # FP4 E2M1 magnitudes (1 sign bit, 2 exponent bits, 1 mantissa bit): the eight values NVFP4 can hold.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from kvplan.dtypes import KvDtype, weight_dtype_bytes
+from kvplan.model.dtypes import KvDtype, weight_dtype_bytes
 from kvplan.units import cdiv
 
 

@@ -21,8 +21,8 @@ import json
 
 import pytest
 
-from kvplan.engines.hf import hf_cache_bytes
-from kvplan.parse import parse_config
+from kvplan.engines.transformers import hf_cache_bytes
+from kvplan.model.parse import parse_config
 from tests.conftest import REPO
 
 torch = pytest.importorskip("torch")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.dtypes import KvDtype
+from kvplan.model.dtypes import KvDtype
 from kvplan.errors import InputError
-from kvplan.specs import LayerSpec, ModelSpec
+from kvplan.model.specs import LayerSpec, ModelSpec
 from kvplan.units import cdiv
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvplan.errors import ConfigError
-from kvplan.specs import ParamGroup, QuantSpec
+from kvplan.model.specs import ParamGroup, QuantSpec
 from kvplan.units import cdiv
 
 

@@ -12,8 +12,8 @@ import shlex
 from typing import Any
 
 from kvplan.check.build import Hardware, Site, build_request
-from kvplan.check.command import expand_shell, find_invocation
-from kvplan.check.k8s import GPU_ANNOTATION, MODEL_ANNOTATION, dig, engine_args, mapping, sequence
+from kvplan.check.invocation import expand_shell, find_invocation
+from kvplan.check.readers.k8s import GPU_ANNOTATION, MODEL_ANNOTATION, dig, engine_args, mapping, sequence
 from kvplan.check.loader import Document
 from kvplan.check.model import DeploymentRequest, Location, Unresolved
 

@@ -12,11 +12,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvplan import library
+from kvplan.sources import library
 from kvplan.errors import ConfigError, HubError, ModelNotFoundError
-from kvplan.hub import looks_like_repo_id
-from kvplan.parse import parse_config
-from kvplan.specs import ModelSpec
+from kvplan.sources.hub import looks_like_repo_id
+from kvplan.model.parse import parse_config
+from kvplan.model.specs import ModelSpec
 
 _TRUTHY = {"1", "true", "yes", "on"}
 
@@ -100,7 +100,7 @@ def resolve_model(
     if (offline or prefer_library) and entry is not None and revision is None:
         return Resolved(_from_library(entry))
 
-    from kvplan import hub  # the only module that touches the network (huggingface_hub loads on first call)
+    from kvplan.sources import hub  # the only module that touches the network (huggingface_hub loads on first call)
 
     try:
         files = hub.fetch_model_files(repo_id, revision=revision, token=token, offline=offline)

@@ -8,7 +8,7 @@ from types import ModuleType
 from typing import Any
 
 from kvplan.errors import DeviceError, KvplanError
-from kvplan.gpus import find_gpu
+from kvplan.hardware.gpus import find_gpu
 from kvplan.units import fmt_bytes
 from kvplan.verify.alloc import LayerCache, TokenCache, allocate
 from kvplan.verify.decode import Decoder, Reduce, StepLog
@@ -39,7 +39,7 @@ class KindBytes:
 
 
 @dataclass(frozen=True)
-class CheckResult:
+class DecodeCheck:
     """Cached decode against a full recomputation at a short length, and the cache's growth per step."""
 
     seq_tokens: int
@@ -83,7 +83,7 @@ class RankResult:
     free_before_bytes: int | None
     workspace_bytes: int
     weights_bytes: int
-    check: CheckResult | None
+    check: DecodeCheck | None
     decode: DecodeResult | None
     copy_bandwidth_bytes_per_s: float
     peak_bandwidth_bytes_per_s: int | None
@@ -162,7 +162,7 @@ def _rows_per_chunk(batch: int, seq: int) -> int:
     return max(1, min(batch, TOKENS_PER_CHUNK // seq))
 
 
-def run_check(torch: ModuleType, setup: VerifySetup, device: Any, reduce: Reduce | None) -> CheckResult:
+def run_check(torch: ModuleType, setup: VerifySetup, device: Any, reduce: Reduce | None) -> DecodeCheck:
     """Decode through freshly allocated caches at a short length in float32 and compare with recomputation."""
     windows = [p.spec.resident_tokens(10**9) for p in setup.layers if p.kind in ("sliding_window", "chunked_local")]
     steps = setup.request.steps
@@ -196,7 +196,7 @@ def run_check(torch: ModuleType, setup: VerifySetup, device: Any, reduce: Reduce
     del caches, dec
     release(torch, device)
     tol = TOLERANCE["float32"]
-    return CheckResult(seq, small.batch, steps, rel, tol, rel <= tol, growth_ok, visibility_ok, wrapped)
+    return DecodeCheck(seq, small.batch, steps, rel, tol, rel <= tol, growth_ok, visibility_ok, wrapped)
 
 
 def run_rank(setup: VerifySetup, *, rank: int = 0, world: int = 1, device_index: int | None = None,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from kvplan.output import stdout_console
+from kvplan.cli.output import stdout_console
 
 FORMATS = ("human", "json", "github", "junit")
 

@@ -13,7 +13,7 @@ from typing import Any
 from kvplan.check.build import Hardware, Site, build_request, normalize_model, unsupported
 from kvplan.check.flag_tables import KSERVE_HF_BOOLEAN, KSERVE_HF_VALUE
 from kvplan.check.flags import bool_word, parse_args
-from kvplan.check.k8s import (
+from kvplan.check.readers.k8s import (
     MODEL_ANNOTATION,
     dig,
     gpu_count,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.engines.hf import hf_cache_bytes
+from kvplan.engines.transformers import hf_cache_bytes
 from kvplan.errors import InputError
-from kvplan.resolve import resolve_model
+from kvplan.sources.resolve import resolve_model
 
 
 def _model(name):

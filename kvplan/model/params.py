@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from kvplan.errors import ConfigError
-from kvplan.specs import ParamGroup
+from kvplan.model.specs import ParamGroup
 
 if TYPE_CHECKING:  # the reader class lives in parse.py; imported only for type names
-    from kvplan.parse import _Cfg
+    from kvplan.model.parse import _Cfg
 
 # A predicate over a full module name: True when the checkpoint leaves that module unquantized.
 Excluded = Callable[[str], bool]

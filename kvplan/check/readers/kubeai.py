@@ -10,7 +10,7 @@ from typing import Any
 
 from kvplan.check.build import Hardware, Site, build_request, unsupported
 from kvplan.check.flags import parse_args
-from kvplan.check.k8s import dig, mapping, sequence
+from kvplan.check.readers.k8s import dig, mapping, sequence
 from kvplan.check.loader import Document
 from kvplan.check.model import DeploymentRequest, Location, Unresolved
 

@@ -2,7 +2,7 @@
 
 Engine-neutral budget (the `estimate` default engine model lives in kvplan.engines): per GPU,
     kv_budget = total_memory * gpu_memory_utilization - weights_per_gpu - overhead
-and the KV need is the paged accounting of kvplan.kv on the fullest GPU.
+and the KV need is the paged accounting of kvplan.capacity.kv on the fullest GPU.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from kvplan.dtypes import KvDtype, resolve_kv_dtype
+from kvplan.model.dtypes import KvDtype, resolve_kv_dtype
 from kvplan.errors import InputError
-from kvplan.gpus import GpuSpec
-from kvplan.kv import KvEstimate, KvRequest, estimate_kv
-from kvplan.specs import ModelSpec
+from kvplan.hardware.gpus import GpuSpec
+from kvplan.capacity.kv import KvEstimate, KvRequest, estimate_kv
+from kvplan.model.specs import ModelSpec
 from kvplan.units import GiB
-from kvplan.weights import WeightEstimate, estimate_weights
+from kvplan.capacity.weights import WeightEstimate, estimate_weights
 
 # Generic overhead per GPU when no engine model is asked for: the CUDA context, allocator slack and the
 # activation peak of a prefill step. vLLM 0.19 on H100 logs 0.25 GiB of non-torch memory and 0.77-3.99 GiB
@@ -256,7 +256,7 @@ def plan(
     `budget_model` replaces the generic budget with an engine's own accounting (kvplan.engines); the KV
     need, max context and suggestions keep this module's structure either way.
     """
-    from kvplan.dtypes import serving_dtype
+    from kvplan.model.dtypes import serving_dtype
 
     req.validate()
     dtype = req.dtype or serving_dtype(model.config_dtype)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.dtypes import weight_dtype_bytes
+from kvplan.model.dtypes import weight_dtype_bytes
 from kvplan.errors import InputError
-from kvplan.kv import pp_stage_layers
-from kvplan.quant import group_weight_bytes
-from kvplan.specs import ModelSpec, ParamGroup, QuantSpec
+from kvplan.capacity.kv import pp_stage_layers
+from kvplan.model.quant import group_weight_bytes
+from kvplan.model.specs import ModelSpec, ParamGroup, QuantSpec
 from kvplan.units import cdiv
 
 RUNTIME_QUANTIZATIONS = ("fp8",)
@@ -41,7 +41,7 @@ def weights_from_hub(repo_id: str, revision: str | None = None, token: str | Non
     For `--weights-from-hub`: pass the result to estimate_weights(override_bytes=...,
     override_source=hub_weights_source(repo_id, revision)) so the output names where the figure came from.
     """
-    from kvplan.hub import fetch_safetensors_bytes  # the network edge, imported only when asked for
+    from kvplan.sources.hub import fetch_safetensors_bytes  # the network edge, imported only when asked for
 
     return fetch_safetensors_bytes(repo_id, revision=revision, token=token).total_bytes
 

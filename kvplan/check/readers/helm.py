@@ -13,7 +13,7 @@ from typing import Any
 
 from kvplan.check.build import Hardware, Site, build_request
 from kvplan.check.flags import parse_args
-from kvplan.check.k8s import (
+from kvplan.check.readers.k8s import (
     GPU_ANNOTATION,
     GPU_LABELS,
     MODEL_ANNOTATION,

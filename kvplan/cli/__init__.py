@@ -10,7 +10,7 @@ import typer
 
 from kvplan import __version__
 from kvplan.errors import EXIT_DOES_NOT_FIT, EXIT_OK, KvplanError
-from kvplan.output import Output, report_error
+from kvplan.cli.output import Output, report_error
 from kvplan.units import parse_size
 
 app = typer.Typer(
@@ -177,8 +177,8 @@ def estimate(
 @handle_errors
 def gpus(json_out: JsonOpt = False) -> None:
     """List the GPU catalog with the memory CUDA reports. Example: kvplan gpus --json"""
-    from kvplan.gpus import all_gpus
-    from kvplan.render import gpus_to_dict, render_gpus
+    from kvplan.hardware.gpus import all_gpus
+    from kvplan.cli.render import gpus_to_dict, render_gpus
 
     catalog = all_gpus()
     Output(json_mode=json_out).result(gpus_to_dict(catalog), lambda console: render_gpus(catalog, console))
@@ -193,9 +193,9 @@ def main() -> None:
 
 
 # Commands that live in their own packages (their modules import nothing heavy at load time).
-from kvplan.check.run import check as _check  # noqa: E402
-from kvplan.models import models_command as _models  # noqa: E402
-from kvplan.verify.command import verify_command as _verify  # noqa: E402
+from kvplan.cli.check import check as _check  # noqa: E402
+from kvplan.cli.models import models_command as _models  # noqa: E402
+from kvplan.cli.verify import verify_command as _verify  # noqa: E402
 
 app.command("check")(handle_errors(_check))
 app.command("models")(handle_errors(_models))

@@ -13,11 +13,11 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from kvplan import params as params_mod
-from kvplan import quant as quant_mod
-from kvplan.dtypes import normalize_weight_dtype, serving_dtype, weight_dtype_bytes
+from kvplan.model import params as params_mod
+from kvplan.model import quant as quant_mod
+from kvplan.model.dtypes import normalize_weight_dtype, serving_dtype, weight_dtype_bytes
 from kvplan.errors import ConfigError, InputError
-from kvplan.specs import (
+from kvplan.model.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     LayerSpec,
@@ -83,7 +83,7 @@ _MAX_SIZE = 1 << 48
 
 @lru_cache(maxsize=1)
 def _hf_defaults() -> dict[str, dict[str, Any]]:
-    text = resources.files("kvplan").joinpath("hf_defaults.json").read_text()
+    text = resources.files("kvplan.model").joinpath("hf_defaults.json").read_text()
     return json.loads(text)
 
 

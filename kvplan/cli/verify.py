@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from kvplan.errors import EXIT_DOES_NOT_FIT, EXIT_OK
-from kvplan.output import Output
+from kvplan.cli.output import Output
 from kvplan.units import parse_size
 
 

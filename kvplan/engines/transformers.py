@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.dtypes import weight_dtype_bytes
+from kvplan.model.dtypes import weight_dtype_bytes
 from kvplan.errors import InputError
-from kvplan.specs import (
+from kvplan.model.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     LayerSpec,

@@ -1,0 +1,1 @@
+"""The hardware layer: the GPU catalog and how GPU names, labels and instance types resolve."""

@@ -1,0 +1,1 @@
+"""Model sources: the bundled library, the Hugging Face Hub (the only network edge), and the resolver."""
