@@ -30,8 +30,8 @@ from kvplan.engines.vllm_memory import padded_vocab  # noqa: E402
 from kvplan.errors import KvplanError  # noqa: E402
 from kvplan.hardware.gpus import find_gpu  # noqa: E402
 from kvplan.model.dtypes import serving_dtype, weight_dtype_bytes  # noqa: E402
-from kvplan.sources.resolve import resolve_model  # noqa: E402
 from kvplan.model.specs import ModelSpec  # noqa: E402
+from kvplan.sources.resolve import resolve_model  # noqa: E402
 from kvplan.units import GiB  # noqa: E402
 
 LOGS = REPO.parent / "shared" / "reference" / "vllm-startup-logs.jsonl"

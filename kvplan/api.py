@@ -9,14 +9,14 @@ from typing import Any
 
 from rich.console import Console
 
+from kvplan.capacity.plan import BudgetModel, Plan, PlanRequest, plan
+from kvplan.capacity.weights import estimate_weights
+from kvplan.cli.render import plan_to_dict, render_plan
 from kvplan.engines import ENGINES
 from kvplan.errors import InputError
 from kvplan.hardware.gpus import COMMON_GPUS, GpuSpec, custom_gpu, find_gpu
-from kvplan.capacity.plan import BudgetModel, Plan, PlanRequest, plan
-from kvplan.cli.render import plan_to_dict, render_plan
-from kvplan.sources.resolve import resolve_model
 from kvplan.model.specs import ModelSpec
-from kvplan.capacity.weights import estimate_weights
+from kvplan.sources.resolve import resolve_model
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from tests.hub_server import FakeHub
 
 # A fake Hub answers in milliseconds; a short limit keeps a stuck request from stalling the suite.

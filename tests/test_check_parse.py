@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.check.files import load_requests
 from kvplan.check.build import normalize_model
-from kvplan.check.invocation import find_invocation, shell_commands
+from kvplan.check.files import load_requests
 from kvplan.check.flags import parse_args
+from kvplan.check.invocation import find_invocation, shell_commands
 from kvplan.check.readers.own_schema import KEYS
 from kvplan.errors import DeploymentError
 

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from kvplan.errors import ConfigError, HubError
-from kvplan.sources.hub import HubFiles, SafetensorsBytes, fetch_model_files, fetch_safetensors_bytes, looks_like_repo_id
+from kvplan.sources.hub import (
+    HubFiles,
+    SafetensorsBytes,
+    fetch_model_files,
+    fetch_safetensors_bytes,
+    looks_like_repo_id,
+)
 from tests.conftest_hub import HubEnv, closed_port_url
 from tests.hub_server import safetensors_file
 

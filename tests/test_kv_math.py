@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.model.dtypes import BFLOAT16, FLOAT16, FP8_E4M3, INT4, INT8, NVFP4
 from kvplan.capacity.kv import KvRequest, estimate_kv, pp_stage_layers
+from kvplan.model.dtypes import BFLOAT16, FLOAT16, FP8_E4M3, INT4, INT8, NVFP4
 from kvplan.sources.resolve import resolve_model
 from kvplan.units import GiB, MiB
 from tests.factories import model

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.sources import library
 from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.parse import parse_config
+from kvplan.sources import library
 
 PINS = [
     # 80 x 2 x 8 x 128 x 2 B (AWQ int4 weights, float16 model dtype: fp16 KV)

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from kvplan.sources import library
-from kvplan.errors import HubError
 from kvplan.capacity.weights import estimate_weights, hub_weights_source, weights_from_hub
+from kvplan.errors import HubError
+from kvplan.sources import library
 from tests.conftest import run_cli
 from tests.conftest_hub import HubEnv
 from tests.hub_server import safetensors_file

@@ -25,8 +25,8 @@ import warnings
 
 import pytest
 
-from kvplan.sources import library
 from kvplan.model.parse import parse_config
+from kvplan.sources import library
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

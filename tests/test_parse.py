@@ -6,11 +6,11 @@ import copy
 
 import pytest
 
-from kvplan.sources import library
-from kvplan.model.dtypes import BFLOAT16, FLOAT16
 from kvplan.errors import ConfigError
+from kvplan.model.dtypes import BFLOAT16, FLOAT16
 from kvplan.model.parse import parse_config
 from kvplan.model.specs import FullAttentionSpec, MLASpec, SharedKVSpec, SlidingWindowSpec, StateSpec
+from kvplan.sources import library
 from tests.factories import llama_config
 
 

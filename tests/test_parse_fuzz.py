@@ -12,10 +12,10 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvplan.sources import library
-from kvplan.errors import ConfigError, KvplanError
 from kvplan.cli.models import model_row
+from kvplan.errors import ConfigError, KvplanError
 from kvplan.model.parse import parse_config
+from kvplan.sources import library
 
 ENTRIES = library.entries()
 CONFIGS = [(e, e.read_config(), e.read_hf_quant_config()) for e in ENTRIES]

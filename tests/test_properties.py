@@ -7,9 +7,9 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvplan.model.dtypes import BFLOAT16, FLOAT16, FP8_E4M3
-from kvplan.errors import KvplanError
 from kvplan.capacity.kv import KvRequest, estimate_kv
+from kvplan.errors import KvplanError
+from kvplan.model.dtypes import BFLOAT16, FLOAT16, FP8_E4M3
 from kvplan.model.parse import parse_config
 from kvplan.sources.resolve import resolve_model
 from tests.factories import llama_config

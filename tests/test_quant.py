@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.sources import library
+from kvplan.capacity.weights import estimate_weights
 from kvplan.errors import ConfigError, InputError
 from kvplan.model.parse import parse_config
 from kvplan.model.quant import exclusion_predicate, matrix_bytes, parse_quant
 from kvplan.model.specs import QuantSpec
-from kvplan.capacity.weights import estimate_weights
+from kvplan.sources import library
 from tests.factories import llama_config
 
 

@@ -11,13 +11,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from kvplan.model.dtypes import KvDtype, resolve_kv_dtype
+from kvplan.capacity.kv import KvEstimate, KvRequest, estimate_kv
+from kvplan.capacity.weights import WeightEstimate, estimate_weights
 from kvplan.errors import InputError
 from kvplan.hardware.gpus import GpuSpec
-from kvplan.capacity.kv import KvEstimate, KvRequest, estimate_kv
+from kvplan.model.dtypes import KvDtype, resolve_kv_dtype
 from kvplan.model.specs import ModelSpec
 from kvplan.units import GiB
-from kvplan.capacity.weights import WeightEstimate, estimate_weights
 
 # Generic overhead per GPU when no engine model is asked for: the CUDA context, allocator slack and the
 # activation peak of a prefill step. vLLM 0.19 on H100 logs 0.25 GiB of non-torch memory and 0.77-3.99 GiB

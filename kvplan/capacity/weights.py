@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.model.dtypes import weight_dtype_bytes
-from kvplan.errors import InputError
 from kvplan.capacity.kv import pp_stage_layers
+from kvplan.errors import InputError
+from kvplan.model.dtypes import weight_dtype_bytes
 from kvplan.model.quant import group_weight_bytes
 from kvplan.model.specs import ModelSpec, ParamGroup, QuantSpec
 from kvplan.units import cdiv

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from kvplan.check.invocation import unexpanded
 from kvplan.check.flags import ParsedArgs, bool_word
+from kvplan.check.invocation import unexpanded
 from kvplan.check.model import DeploymentRequest, Location, Unresolved
 from kvplan.check.templates import find_template, unmask
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from kvplan.capacity.plan import PlanRequest, plan
 from kvplan.check.model import CANNOT_EVALUATE, DOES_NOT_FIT, FITS, CheckResult, DeploymentRequest
 from kvplan.engines.sglang import plan_sglang
 from kvplan.engines.vllm import VllmFlags, VllmReport, plan_vllm
 from kvplan.errors import KvplanError
 from kvplan.hardware.gpus import GpuSpec, find_gpu
-from kvplan.capacity.plan import PlanRequest, plan
-from kvplan.sources.resolve import resolve_model
 from kvplan.model.specs import ModelSpec
+from kvplan.sources.resolve import resolve_model
 from kvplan.units import fmt_gib
 
 TGI_DEFAULT_MEMORY_FRACTION = 1.0  # TGI's --cuda-memory-fraction default

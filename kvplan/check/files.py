@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from kvplan.check.readers import RECOGNISED, requests_of_document
 from kvplan.check.loader import load_documents
 from kvplan.check.model import CANNOT_EVALUATE, CheckResult, DeploymentRequest, Location, Unresolved
+from kvplan.check.readers import RECOGNISED, requests_of_document
 from kvplan.errors import DeploymentError
 
 YAML_SUFFIXES = (".yaml", ".yml")

@@ -9,8 +9,8 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from kvplan import __version__
-from kvplan.errors import EXIT_DOES_NOT_FIT, EXIT_OK, KvplanError
 from kvplan.cli.output import Output, report_error
+from kvplan.errors import EXIT_DOES_NOT_FIT, EXIT_OK, KvplanError
 from kvplan.units import parse_size
 
 app = typer.Typer(
@@ -177,8 +177,8 @@ def estimate(
 @handle_errors
 def gpus(json_out: JsonOpt = False) -> None:
     """List the GPU catalog with the memory CUDA reports. Example: kvplan gpus --json"""
-    from kvplan.hardware.gpus import all_gpus
     from kvplan.cli.render import gpus_to_dict, render_gpus
+    from kvplan.hardware.gpus import all_gpus
 
     catalog = all_gpus()
     Output(json_mode=json_out).result(gpus_to_dict(catalog), lambda console: render_gpus(catalog, console))

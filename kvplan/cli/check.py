@@ -27,8 +27,8 @@ def check(
     Example: kvplan check deploy/ --format github --min-margin 0.1
     Exit codes: 0 all fit, 1 a deployment does not fit or misses --min-margin, 2 a file could not be evaluated.
     """
-    from kvplan.check.files import load_requests
     from kvplan.check.evaluate import evaluate
+    from kvplan.check.files import load_requests
     from kvplan.check.report import exit_code, render_github, render_human, render_json, render_junit
     from kvplan.errors import InputError
 

@@ -9,14 +9,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kvplan.sources import library
-from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
-from kvplan.errors import InputError, KvplanError
+from kvplan.capacity.weights import estimate_weights
 from kvplan.cli.output import Output
+from kvplan.errors import InputError, KvplanError
+from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.parse import parse_config
 from kvplan.model.specs import ModelSpec
+from kvplan.sources import library
 from kvplan.units import fmt_bytes
-from kvplan.capacity.weights import estimate_weights
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from kvplan.hardware.gpus import GpuSpec
 from kvplan.capacity.plan import GpuFit, Plan, requests_phrase
+from kvplan.hardware.gpus import GpuSpec
 from kvplan.units import GiB, fmt_bytes
 
 
@@ -18,8 +18,8 @@ def _gib(n: int) -> str:
 
 def engine_to_dict(detail: object) -> dict[str, Any] | None:
     """An engine model's report as plain data (kvplan.engines); None for the generic budget."""
-    from kvplan.engines.transformers import HfCacheEstimate
     from kvplan.engines.sglang import SglangReport
+    from kvplan.engines.transformers import HfCacheEstimate
     from kvplan.engines.vllm import VllmReport
 
     if isinstance(detail, VllmReport):

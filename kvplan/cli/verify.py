@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from kvplan.errors import EXIT_DOES_NOT_FIT, EXIT_OK
 from kvplan.cli.output import Output
+from kvplan.errors import EXIT_DOES_NOT_FIT, EXIT_OK
 from kvplan.units import parse_size
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from kvplan.model.dtypes import serving_dtype
-from kvplan.engines.transformers import hf_cache_bytes
+from kvplan.capacity.plan import BudgetModel, EngineBudget, PlanRequest, generic_overhead_bytes
+from kvplan.capacity.weights import estimate_weights
 from kvplan.engines.sglang import plan_sglang
+from kvplan.engines.transformers import hf_cache_bytes
 from kvplan.engines.vllm import VllmFlags, plan_vllm
 from kvplan.hardware.gpus import GpuSpec
-from kvplan.capacity.plan import BudgetModel, EngineBudget, PlanRequest, generic_overhead_bytes
+from kvplan.model.dtypes import serving_dtype
 from kvplan.model.specs import ModelSpec
-from kvplan.capacity.weights import estimate_weights
 
 
 def vllm_budget(base: VllmFlags) -> BudgetModel:

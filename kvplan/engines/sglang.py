@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.engines.vllm_memory import weights_per_stage
 from kvplan.errors import InputError
 from kvplan.hardware.gpus import GpuSpec
+from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import ModelSpec, SlidingWindowSpec
 from kvplan.units import GiB
 

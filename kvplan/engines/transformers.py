@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.model.dtypes import weight_dtype_bytes
 from kvplan.errors import InputError
+from kvplan.model.dtypes import weight_dtype_bytes
 from kvplan.model.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,

@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from kvplan.model.dtypes import KvDtype, resolve_kv_dtype, serving_dtype, normalize_weight_dtype
+from kvplan.capacity.kv import pp_stage_layers
 from kvplan.engines.vllm_kv import KvCacheLayout, kv_cache_layout, vllm_layer_spec
 from kvplan.engines.vllm_memory import StageMemory, stage_memory
 from kvplan.errors import InputError
 from kvplan.hardware.gpus import GpuSpec
-from kvplan.capacity.kv import pp_stage_layers
+from kvplan.model.dtypes import KvDtype, normalize_weight_dtype, resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import ModelSpec
 from kvplan.units import GiB
 

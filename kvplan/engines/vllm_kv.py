@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.model.dtypes import KvDtype
 from kvplan.errors import InputError
+from kvplan.model.dtypes import KvDtype
 from kvplan.model.specs import (
     ChunkedLocalAttentionSpec,
     LayerSpec,

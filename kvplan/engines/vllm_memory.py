@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvplan.model.dtypes import weight_dtype_bytes
 from kvplan.capacity.kv import pp_stage_layers
+from kvplan.capacity.weights import runtime_quant
+from kvplan.model.dtypes import weight_dtype_bytes
 from kvplan.model.quant import group_weight_bytes
 from kvplan.model.specs import MLASpec, ModelSpec, ParamGroup, QuantSpec
-from kvplan.units import GiB, MiB, cdiv
-from kvplan.capacity.weights import runtime_quant
+from kvplan.units import GiB, cdiv
 
 # VocabParallelEmbedding / ParallelLMHead pad the vocabulary to a multiple of 64 before splitting it over
 # TP ranks: Granite's 49,155 tokens become 49,216 rows.

@@ -95,12 +95,12 @@ class _Counter:
 def count_params(
     raw: dict,
     *,
-    cfg_reader: "_Cfg",
+    cfg_reader: _Cfg,
     text_type: str,
     model_type: str,
     kinds: Sequence[str],
     excluded: Excluded | None = None,
-    vision: "_Cfg | None" = None,
+    vision: _Cfg | None = None,
 ) -> tuple[ParamGroup, ...]:
     """Parameters of the text model plus its vision tower (when the config has one), grouped by component.
 
@@ -125,11 +125,11 @@ def count_params(
 _FLAT_MULTIMODAL = frozenset({"qwen2_5_vl", "qwen2_vl"})
 
 
-def _tied(cfg: "_Cfg", default: bool) -> bool:
+def _tied(cfg: _Cfg, default: bool) -> bool:
     return cfg.bool("tie_word_embeddings", default)
 
 
-def _embeddings(c: _Counter, cfg: "_Cfg", hidden: int, *, tied_default: bool = False) -> None:
+def _embeddings(c: _Counter, cfg: _Cfg, hidden: int, *, tied_default: bool = False) -> None:
     vocab = cfg.int("vocab_size")
     c.add("embed_tokens", vocab * hidden, tp="vocab")
     if not _tied(cfg, tied_default):
@@ -157,7 +157,7 @@ _ATTENTION_KINDS = ("full", "sliding", "chunked", "shared")
 _QK_NORM_TYPES = ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_next", "olmo2", "gemma3n_text")
 
 
-def _decoder(c: _Counter, cfg: "_Cfg", text_type: str, kinds: Sequence[str]) -> None:
+def _decoder(c: _Counter, cfg: _Cfg, text_type: str, kinds: Sequence[str]) -> None:
     """Llama-style decoders (Llama, Mistral, Qwen2/3, Qwen3-Next, Gemma 1-3, Granite, Phi-3, Mixtral,
     DeepSeek, gpt-oss, Llama 4's text model, ...)."""
     hidden = cfg.int("hidden_size")
@@ -196,7 +196,7 @@ def _decoder(c: _Counter, cfg: "_Cfg", text_type: str, kinds: Sequence[str]) -> 
     _mlp_stack(c, cfg, hidden, layers, cfg.bool("mlp_bias", False), text_type)
 
 
-def _kv_heads_by_layer(cfg: "_Cfg", heads: int, layers: int) -> list[int]:
+def _kv_heads_by_layer(cfg: _Cfg, heads: int, layers: int) -> list[int]:
     """KV heads per layer: one number for all, or a per-layer list where the config gives one."""
     name, value = cfg.raw_value("num_key_value_heads")
     if isinstance(value, list):
@@ -205,7 +205,7 @@ def _kv_heads_by_layer(cfg: "_Cfg", heads: int, layers: int) -> list[int]:
     return [kv] * layers
 
 
-def _gated_deltanet(c: _Counter, cfg: "_Cfg", hidden: int, linear: list[int]) -> None:
+def _gated_deltanet(c: _Counter, cfg: _Cfg, hidden: int, linear: list[int]) -> None:
     """Qwen3-Next linear-attention layers: fused qkvz and beta/alpha projections, a depthwise conv, out."""
     if not linear:
         return
@@ -221,7 +221,7 @@ def _gated_deltanet(c: _Counter, cfg: "_Cfg", hidden: int, linear: list[int]) ->
     c.add("linear_attention_state_params", n * (conv_dim * kernel + 2 * v_heads + v_dim), tp="split")
 
 
-def _mla_attention(c: _Counter, cfg: "_Cfg", hidden: int, heads: int, layers: list[int]) -> None:
+def _mla_attention(c: _Counter, cfg: _Cfg, hidden: int, heads: int, layers: list[int]) -> None:
     """DeepSeek MLA projections: q (optionally low-rank), the joint KV down-projection, KV up-projection, o."""
     kv_rank = cfg.int("kv_lora_rank")
     q_rank = cfg.int("q_lora_rank", required=False)
@@ -250,7 +250,7 @@ def _gated_mlp(c: _Counter, group: str, module: str, hidden: int, inter: int, la
     c.linear(group, module + ".down_proj", inter, hidden, layers=layers, bias=bias, per_layer=per_layer)
 
 
-def _mlp_stack(c: _Counter, cfg: "_Cfg", hidden: int, layers: int, bias: bool, text_type: str) -> None:
+def _mlp_stack(c: _Counter, cfg: _Cfg, hidden: int, layers: int, bias: bool, text_type: str) -> None:
     """Dense gated MLPs and MoE layers (all experts resident), by which layers are sparse."""
     ff = "{p}.layers.{i}.feed_forward" if text_type == "llama4_text" else "{p}.layers.{i}.mlp"
     if text_type in ("mixtral",):
@@ -286,7 +286,7 @@ def _mlp_stack(c: _Counter, cfg: "_Cfg", hidden: int, layers: int, bias: bool, t
         c.add("router", len(sparse) * hidden, tp="replicated")  # shared_expert_gate
 
 
-def _nemotron_h(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
+def _nemotron_h(c: _Counter, cfg: _Cfg, kinds: Sequence[str]) -> None:
     """Nemotron-H: each layer is one mixer (M = Mamba2, * = attention, - = relu^2 MLP, E = MoE) + one norm."""
     hidden = cfg.int("hidden_size")
     pattern = cfg.str("hybrid_override_pattern") or ""
@@ -329,7 +329,7 @@ def _nemotron_h(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
             c.linear("shared_experts", p + ".shared_experts.down_proj", shared, hidden, layers=moe)
 
 
-def _mamba2_mixer(c: _Counter, cfg: "_Cfg", hidden: int, layers: list[int], *, heads_key, head_dim_key,
+def _mamba2_mixer(c: _Counter, cfg: _Cfg, hidden: int, layers: list[int], *, heads_key, head_dim_key,
                   groups_key, state_key, kernel_key, conv_bias: bool, proj_bias: bool, module: str,
                   inner: int | None = None) -> None:
     """A Mamba2 mixer: in_proj to (z, x, B, C, dt), depthwise conv over (x, B, C), dt_bias, A_log, D, a gated
@@ -347,7 +347,7 @@ def _mamba2_mixer(c: _Counter, cfg: "_Cfg", hidden: int, layers: list[int], *, h
     c.add("mamba_state_params", n * (conv_dim * kernel + (conv_dim if conv_bias else 0) + 3 * n_heads + inner))
 
 
-def _jamba(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
+def _jamba(c: _Counter, cfg: _Cfg, kinds: Sequence[str]) -> None:
     """Jamba: Mamba (v1) or attention per layer, dense MLP or MoE per layer, two norms each."""
     hidden = cfg.int("hidden_size")
     layers = len(kinds)
@@ -384,7 +384,7 @@ def _jamba(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
     c.add("router", len(moe) * experts * hidden, tp="replicated")
 
 
-def _jamba_dt_rank(cfg: "_Cfg", hidden: int) -> int:
+def _jamba_dt_rank(cfg: _Cfg, hidden: int) -> int:
     """mamba_dt_rank, or "auto" = ceil(hidden / 16) (Jamba's class documents that rule)."""
     _, value = cfg.raw_value("mamba_dt_rank")
     if value == "auto" or value is None:
@@ -392,7 +392,7 @@ def _jamba_dt_rank(cfg: "_Cfg", hidden: int) -> int:
     return cfg.int("mamba_dt_rank")
 
 
-def _granitemoehybrid(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
+def _granitemoehybrid(c: _Counter, cfg: _Cfg, kinds: Sequence[str]) -> None:
     """Granite 4 (granitemoehybrid): Mamba2 or attention per layer, then MoE (optional) + a shared MLP."""
     hidden = cfg.int("hidden_size")
     layers = len(kinds)
@@ -424,7 +424,7 @@ def _granitemoehybrid(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
         c.linear("mlp", s + ".output_linear", shared, hidden, layers=every)
 
 
-def _gemma3n(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
+def _gemma3n(c: _Counter, cfg: _Cfg, kinds: Sequence[str]) -> None:
     """Gemma 3n's text model: per-layer MLP widths, AltUp, LAuReL, per-layer input embeddings; layers that
     reuse an earlier layer's KV (num_kv_shared_layers) have no k_proj / v_proj / k_norm."""
     hidden = cfg.int("hidden_size")
@@ -458,7 +458,7 @@ def _gemma3n(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
     c.linear("altup", "{p}.altup_unembed_projections", hidden, hidden, layers=list(range(n_alt - 1)))
 
 
-def _gpt2(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
+def _gpt2(c: _Counter, cfg: _Cfg, kinds: Sequence[str]) -> None:
     """GPT-2: learned positions, fused qkv Conv1D with biases, 4x MLP with biases, LayerNorms with bias."""
     h = cfg.int("n_embd", "hidden_size")
     layers = list(range(len(kinds)))
@@ -472,7 +472,7 @@ def _gpt2(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
     c.add("norms", (2 * len(layers) + 1) * 2 * h, tp="replicated")
 
 
-def _gpt_bigcode(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
+def _gpt_bigcode(c: _Counter, cfg: _Cfg, kinds: Sequence[str]) -> None:
     """GPT-BigCode: GPT-2 layout with MQA (fused q + one K and V head)."""
     h = cfg.int("n_embd", "hidden_size")
     layers = list(range(len(kinds)))
@@ -488,7 +488,7 @@ def _gpt_bigcode(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
     c.add("norms", (2 * len(layers) + 1) * 2 * h, tp="replicated")
 
 
-def _opt(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
+def _opt(c: _Counter, cfg: _Cfg, kinds: Sequence[str]) -> None:
     """OPT: learned positions with an offset of 2, biased projections, optional embedding projections."""
     h = cfg.int("hidden_size")
     layers = list(range(len(kinds)))
@@ -510,7 +510,7 @@ def _opt(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
         c.add("lm_head", vocab * proj, tp="vocab")
 
 
-def _falcon(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
+def _falcon(c: _Counter, cfg: _Cfg, kinds: Sequence[str]) -> None:
     """Falcon: fused query_key_value (MQA or grouped), 4x MLP, one or two LayerNorms per layer."""
     h = cfg.int("hidden_size", "n_embd")
     layers = list(range(len(kinds)))
@@ -535,7 +535,7 @@ def _falcon(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
         c.add("lm_head", cfg.int("vocab_size") * h, tp="vocab")
 
 
-def _phi(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
+def _phi(c: _Counter, cfg: _Cfg, kinds: Sequence[str]) -> None:
     """Phi-1/2: biased q/k/v/dense, plain (ungated) MLP with biases, one LayerNorm per layer, biased lm_head."""
     h = cfg.int("hidden_size")
     layers = list(range(len(kinds)))
@@ -556,7 +556,7 @@ def _phi(c: _Counter, cfg: "_Cfg", kinds: Sequence[str]) -> None:
     c.add("lm_head", vocab * h + vocab, tp="vocab")
 
 
-_SPECIAL: dict[str, Callable[[_Counter, "_Cfg", Sequence[str]], None]] = {
+_SPECIAL: dict[str, Callable[[_Counter, _Cfg, Sequence[str]], None]] = {
     "gpt2": _gpt2,
     "gpt_bigcode": _gpt_bigcode,
     "opt": _opt,
@@ -574,7 +574,7 @@ _SPECIAL: dict[str, Callable[[_Counter, "_Cfg", Sequence[str]], None]] = {
 # ---- vision towers (their weights are loaded and count toward weight memory) ----------------------------
 
 
-def _siglip(c: _Counter, v: "_Cfg", text: "_Cfg") -> None:
+def _siglip(c: _Counter, v: _Cfg, text: _Cfg) -> None:
     """Gemma 3's SigLIP encoder (no pooling head) and its projector into the text width.
 
     Gemma-3-4b: 27 layers of width 1152; patch embedding 3*14*14*1152 + 1152; 4096 positions (896/14)^2.
@@ -596,7 +596,7 @@ def _siglip(c: _Counter, v: "_Cfg", text: "_Cfg") -> None:
     c.linear("vision", "multi_modal_projector.mm_input_projection", h, text.int("hidden_size"))
 
 
-def _llama4_vision(c: _Counter, v: "_Cfg", text: "_Cfg") -> None:
+def _llama4_vision(c: _Counter, v: _Cfg, text: _Cfg) -> None:
     """Llama 4's vision encoder (34 layers, width 1408), pixel-shuffle adapter MLP and projector."""
     h, inter, layers = v.int("hidden_size"), v.int("intermediate_size"), v.int("num_hidden_layers")
     patch, image, chans = v.int("patch_size"), v.int("image_size"), v.int("num_channels")
@@ -619,7 +619,7 @@ def _llama4_vision(c: _Counter, v: "_Cfg", text: "_Cfg") -> None:
     c.linear("vision", "multi_modal_projector.linear_1", v.int("vision_output_dim"), text.int("hidden_size"))
 
 
-def _qwen2_5_vl_vision(c: _Counter, v: "_Cfg", text: "_Cfg") -> None:
+def _qwen2_5_vl_vision(c: _Counter, v: _Cfg, text: _Cfg) -> None:
     """Qwen2.5-VL's ViT: Conv3d patch embedding, fused qkv, gated MLP with biases, RMSNorms, a patch merger."""
     h, inter, depth = v.int("hidden_size"), v.int("intermediate_size"), v.int("depth")
     patch, temporal, chans = v.int("patch_size"), v.int("temporal_patch_size"), v.int("in_chans", "in_channels")
@@ -638,7 +638,7 @@ def _qwen2_5_vl_vision(c: _Counter, v: "_Cfg", text: "_Cfg") -> None:
 
 
 # Vision towers kvplan sizes, by the multimodal config's model_type; the parser notes any other tower as unsized.
-VISION_TOWERS: dict[str, Callable[[_Counter, "_Cfg", "_Cfg"], None]] = {
+VISION_TOWERS: dict[str, Callable[[_Counter, _Cfg, _Cfg], None]] = {
     "gemma3": _siglip,
     "llama4": _llama4_vision,
     "qwen2_5_vl": _qwen2_5_vl_vision,

@@ -13,10 +13,10 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from kvplan.errors import ConfigError, InputError
 from kvplan.model import params as params_mod
 from kvplan.model import quant as quant_mod
 from kvplan.model.dtypes import normalize_weight_dtype, serving_dtype, weight_dtype_bytes
-from kvplan.errors import ConfigError, InputError
 from kvplan.model.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,

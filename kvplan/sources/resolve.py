@@ -12,11 +12,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvplan.sources import library
 from kvplan.errors import ConfigError, HubError, ModelNotFoundError
-from kvplan.sources.hub import looks_like_repo_id
 from kvplan.model.parse import parse_config
 from kvplan.model.specs import ModelSpec
+from kvplan.sources import library
+from kvplan.sources.hub import looks_like_repo_id
 
 _TRUTHY = {"1", "true", "yes", "on"}
 

@@ -13,8 +13,7 @@ from kvplan.units import fmt_bytes
 from kvplan.verify.alloc import LayerCache, TokenCache, allocate
 from kvplan.verify.decode import Decoder, Reduce, StepLog
 from kvplan.verify.device import device_label, free_bytes, import_torch, is_oom, pick_device, release, torch_dtype
-from kvplan.verify.measure import (ByteMeter, copy_bandwidth, peak_bytes, reserved_bytes, reset_peak, sync,
-                                   timed)
+from kvplan.verify.measure import ByteMeter, copy_bandwidth, peak_bytes, reserved_bytes, reset_peak, sync, timed
 from kvplan.verify.setup import VerifySetup, replan
 
 CHECK_MIN_TOKENS = 48  # the correctness check's length when no window asks for more

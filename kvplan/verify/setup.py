@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from kvplan.model.dtypes import KvDtype, resolve_kv_dtype, serving_dtype
-from kvplan.errors import InputError
 from kvplan.capacity.kv import KindKv, KvEstimate, KvRequest, estimate_kv, pp_stage_layers
-from kvplan.sources.resolve import resolve_model
+from kvplan.errors import InputError
+from kvplan.model.dtypes import KvDtype, resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import LayerSpec, ModelSpec
+from kvplan.sources.resolve import resolve_model
 
 LAYOUTS = ("paged", "contiguous")
 

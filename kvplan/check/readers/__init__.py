@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvplan.check.readers.compose import compose_requests, is_compose
 from kvplan.check.invocation import engine_of_image
+from kvplan.check.loader import Document
+from kvplan.check.model import DeploymentRequest
+from kvplan.check.readers.compose import compose_requests, is_compose
 from kvplan.check.readers.helm import chart_values_requests, production_stack_requests
 from kvplan.check.readers.k8s import WORKLOAD_KINDS, mapping, workload_requests
 from kvplan.check.readers.kserve import inference_service_requests, llm_inference_service_requests
 from kvplan.check.readers.kubeai import catalog_requests, model_cr_requests
-from kvplan.check.loader import Document
-from kvplan.check.model import DeploymentRequest
 from kvplan.check.readers.own_schema import is_own_schema, own_schema_requests
 from kvplan.check.readers.vllm_config import is_vllm_config, vllm_config_requests
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from kvplan.check.build import Hardware, Site, build_request
 from kvplan.check.invocation import expand_shell, find_invocation
-from kvplan.check.readers.k8s import GPU_ANNOTATION, MODEL_ANNOTATION, dig, engine_args, mapping, sequence
 from kvplan.check.loader import Document
 from kvplan.check.model import DeploymentRequest, Location, Unresolved
+from kvplan.check.readers.k8s import GPU_ANNOTATION, MODEL_ANNOTATION, dig, engine_args, mapping, sequence
 
 _GPU_FIX = "add label kvplan.io/gpu: H100-80GB to the service, or pass --gpu"
 

@@ -13,6 +13,8 @@ from typing import Any
 
 from kvplan.check.build import Hardware, Site, build_request
 from kvplan.check.flags import parse_args
+from kvplan.check.loader import Document
+from kvplan.check.model import DeploymentRequest, Location, Unresolved
 from kvplan.check.readers.k8s import (
     GPU_ANNOTATION,
     GPU_LABELS,
@@ -24,8 +26,6 @@ from kvplan.check.readers.k8s import (
     mapping,
     sequence,
 )
-from kvplan.check.loader import Document
-from kvplan.check.model import DeploymentRequest, Location, Unresolved
 from kvplan.check.templates import find_template
 
 _RENDERED = {

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvplan.check.build import Hardware, Site, build_request
-from kvplan.check.invocation import Invocation, expand_k8s, find_invocation
 from kvplan.check.flag_tables import TGI
 from kvplan.check.flags import ParsedArgs, parse_args
+from kvplan.check.invocation import Invocation, expand_k8s, find_invocation
 from kvplan.check.loader import Document
 from kvplan.check.model import DeploymentRequest, Location, Unresolved
 from kvplan.check.templates import find_template

@@ -13,6 +13,8 @@ from typing import Any
 from kvplan.check.build import Hardware, Site, build_request, normalize_model, unsupported
 from kvplan.check.flag_tables import KSERVE_HF_BOOLEAN, KSERVE_HF_VALUE
 from kvplan.check.flags import bool_word, parse_args
+from kvplan.check.loader import Document
+from kvplan.check.model import DeploymentRequest, Location
 from kvplan.check.readers.k8s import (
     MODEL_ANNOTATION,
     dig,
@@ -24,8 +26,6 @@ from kvplan.check.readers.k8s import (
     pod_requests,
     sequence,
 )
-from kvplan.check.loader import Document
-from kvplan.check.model import DeploymentRequest, Location
 
 _NOT_VLLM_BACKENDS = {"huggingface"}
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from kvplan.check.build import Hardware, Site, build_request, unsupported
 from kvplan.check.flags import parse_args
-from kvplan.check.readers.k8s import dig, mapping, sequence
 from kvplan.check.loader import Document
 from kvplan.check.model import DeploymentRequest, Location, Unresolved
+from kvplan.check.readers.k8s import dig, mapping, sequence
 
 _ENGINES = {"vllm": "vllm"}
 _NOT_GPU = ("cpu", "google-tpu")
