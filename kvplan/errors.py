@@ -39,6 +39,26 @@ class InputError(KvplanError):
     """A bad flag or value given by the user (unknown dtype, GPU, size, ...)."""
 
 
+class FieldError(InputError):
+    """A value of one deployment field that kvplan or the engine cannot take.
+
+    `field` is the canonical name ("workload.max_model_len", "parallelism.tp", "engine.block_size"); the
+    message reads without a flag name, because each front end says it its own way: the CLI as `--seq 0`, `check`
+    as the YAML key at its line. str() prefixes the canonical name so a library caller still sees which value.
+    """
+
+    def __init__(self, field: str, problem: str, value: object = None) -> None:
+        self.field = field
+        self.problem = " ".join(str(problem).split())
+        self.value = value
+        super().__init__(f"{field}: {self.problem}")
+
+    def phrased(self, name: str) -> str:
+        """The message with the field as the front end names it: `--seq 0 must be >= 1`."""
+        shown = name if self.value is None else f"{name} {self.value}"
+        return f"{shown}: {self.problem}"
+
+
 class ModelNotFoundError(KvplanError):
     """The model name resolves to nothing: not a path, not in the library, not on the Hub."""
 

@@ -5,13 +5,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.capacity.kv import pp_stage_layers
-from kvplan.errors import InputError
+from kvplan.errors import FieldError
 from kvplan.model.dtypes import weight_dtype_bytes
 from kvplan.model.quant import group_weight_bytes
 from kvplan.model.specs import ModelSpec, ParamGroup, QuantSpec
 from kvplan.units import cdiv
 
-RUNTIME_QUANTIZATIONS = ("fp8",)
+# Quantizations an engine applies at load to an unquantized checkpoint, as weight formats. fp8: vLLM/SGLang
+# --quantization fp8, one fp32 scale per tensor. bitsandbytes (TGI --quantize): LLM.int8, int8 rows with an
+# fp32 scale each; bitsandbytes-nf4/-fp4: 4-bit values with an fp32 absmax per 64 (bitsandbytes' default
+# blocksize for 4-bit). eetq: int8 per output channel with an fp16 scale. Embeddings, norms and the head stay
+# in the model dtype.
+_RUNTIME: dict[str, QuantSpec] = {
+    "fp8": QuantSpec("fp8", 8, scale_bytes=4, note="runtime fp8 (per-tensor scales)"),
+    "bitsandbytes": QuantSpec("bitsandbytes", 8, scale_bytes=4, note="bitsandbytes int8 (per-row fp32 scales)"),
+    "bitsandbytes-nf4": QuantSpec("bitsandbytes-nf4", 4, group_size=64, scale_bytes=4,
+                                  note="bitsandbytes nf4 (fp32 absmax per 64)"),
+    "bitsandbytes-fp4": QuantSpec("bitsandbytes-fp4", 4, group_size=64, scale_bytes=4,
+                                  note="bitsandbytes fp4 (fp32 absmax per 64)"),
+    "eetq": QuantSpec("eetq", 8, scale_bytes=2, note="EETQ int8 (per-channel fp16 scales)"),
+}
+RUNTIME_QUANTIZATIONS = tuple(_RUNTIME)
 
 # Groups that live outside the decoder layers: on the first pipeline stage (embeddings) or the last (head).
 _FIRST_STAGE = ("embed_tokens", "embed_positions", "embed_proj", "vision")
@@ -28,11 +42,14 @@ class WeightEstimate:
 
 
 def runtime_quant(method: str) -> QuantSpec:
-    """`--quantization fp8` on an unquantized checkpoint: vLLM quantizes Linear weights to fp8 at load,
-    with one fp32 scale per tensor; embeddings, norms and the head stay in the model dtype."""
-    if method != "fp8":
-        raise InputError(f"--quantization {method!r} is not supported for runtime quantization; use fp8")
-    return QuantSpec("fp8", 8, scale_bytes=4, note="runtime fp8 (per-tensor scales)")
+    """A quantization applied at load to an unquantized checkpoint (`--quantization fp8`, TGI `--quantize`)."""
+    if method not in _RUNTIME:
+        raise FieldError(
+            "weights.quantization",
+            f"runtime quantization {method!r} is not modelled; kvplan sizes {', '.join(RUNTIME_QUANTIZATIONS)}",
+            method,
+        )
+    return _RUNTIME[method]
 
 
 def weights_from_hub(repo_id: str, revision: str | None = None, token: str | None = None) -> int:

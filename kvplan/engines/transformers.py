@@ -15,10 +15,16 @@ No paging and no tensor parallelism; everything is per layer, in the dtype the m
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import ClassVar
 
-from kvplan.errors import InputError
-from kvplan.model.dtypes import weight_dtype_bytes
+from kvplan.capacity.deployment import Deployment, Parallelism
+from kvplan.capacity.weights import estimate_weights
+from kvplan.engines.base import EngineAccount, KvPool, MemoryTerm, Refusal
+from kvplan.errors import FieldError, InputError
+from kvplan.model.dtypes import serving_dtype, weight_dtype_bytes
+from kvplan.units import fmt_gib
 from kvplan.model.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -134,3 +140,98 @@ def hf_cache_bytes(
         if spec.has_cache
     )
     return HfCacheEstimate(cache, batch, seq_tokens, dtype, out)
+
+
+@dataclass(frozen=True)
+class TransformersOptions:
+    """`model.generate` in one process on one GPU: which cache class, and what else the process holds."""
+
+    engine: ClassVar[str] = "transformers"
+
+    cache: str = "dynamic"
+    memory_fraction: float = 0.9  # share of the GPU kvplan lets the process fill (no engine enforces one)
+    overhead_bytes: int | None = None  # activations and runtime; None: kvplan's generic figure
+
+    def validate(self) -> None:
+        if self.cache not in CACHE_KINDS:
+            raise FieldError("engine.cache", f"must be one of {', '.join(CACHE_KINDS)}", self.cache)
+        if not 0 < self.memory_fraction <= 1:
+            raise FieldError("engine.memory_fraction", "must be in (0, 1]", self.memory_fraction)
+        if self.overhead_bytes is not None and not 0 <= self.overhead_bytes < 1 << 50:
+            raise FieldError("engine.overhead_bytes", "must be a size of 0 or more", self.overhead_bytes)
+
+
+class TransformersEngine:
+    """Hugging Face Transformers' generate(): no paging, no sharing; one process, one GPU."""
+
+    name: ClassVar[str] = "transformers"
+    label: ClassVar[str] = "Transformers"
+    options_type: ClassVar[type] = TransformersOptions
+
+    def default_options(self) -> TransformersOptions:
+        return TransformersOptions()
+
+    def gpus_per_instance(self, p: Parallelism) -> int:
+        return 1
+
+    def account(self, d: Deployment) -> EngineAccount:
+        from kvplan.engines.generic import generic_overhead_bytes
+
+        o = d.engine
+        if not isinstance(o, TransformersOptions):
+            raise TypeError("TransformersEngine needs TransformersOptions")
+        p = d.parallelism
+        if (p.tp, p.pp, p.dp) != (1, 1, 1) or p.expert_parallel:
+            raise FieldError(
+                "parallelism.tp" if p.tp > 1 else "parallelism.pp" if p.pp > 1 else "parallelism.dp",
+                "the transformers engine models one process on one GPU; tensor, pipeline and data parallelism "
+                "are vLLM and SGLang options",
+            )
+        dtype = d.weights.dtype or serving_dtype(d.model.config_dtype)
+        if d.kv_cache_dtype.lower() not in ("auto", dtype, _SHORT.get(dtype, dtype)):
+            raise FieldError(
+                "kv_cache_dtype",
+                f"Transformers' DynamicCache and StaticCache keep K and V in the model dtype ({dtype}); its "
+                "quantized caches are not modelled: use auto",
+                d.kv_cache_dtype,
+            )
+        length = d.max_model_len
+        one = hf_cache_bytes(d.model, seq_tokens=length, batch=1, dtype=dtype, cache=o.cache).total_bytes
+        weights = estimate_weights(
+            d.model, dtype=dtype, quantization=d.weights.quantization, override_bytes=d.weights.checkpoint_bytes,
+        ).per_gpu_bytes
+        requested = math.floor(d.gpu.total_memory_bytes * o.memory_fraction)
+        overhead = generic_overhead_bytes(1) if o.overhead_bytes is None else o.overhead_bytes
+        budget = requested - weights - overhead
+        refusal = None
+        if budget < one:
+            refusal = Refusal(
+                "no_kv_memory" if budget <= 0 else "one_request",
+                f"one request of {length:,} tokens needs {fmt_gib(one)} of cache; {fmt_gib(max(0, budget))} is left "
+                "after the weights and overhead (torch.OutOfMemoryError in generate)",
+                "workload.max_model_len",
+            )
+        return EngineAccount(
+            engine=self.name,
+            version=None,
+            total_memory_bytes=d.gpu.total_memory_bytes,
+            requested_bytes=requested,
+            terms=(
+                MemoryTerm("weights", weights, "weights"),
+                MemoryTerm("overhead", overhead, "activations and runtime (kvplan's generic figure)"),
+            ),
+            kv_budget_bytes=max(0, budget),
+            pools=(KvPool("KV bytes", "byte", 1, max(0, budget), one),),
+            max_model_len=length,
+            request_cap=None,
+            engine_concurrency=max(0, budget) / one if one else 0.0,
+            kv_cache_tokens=None,
+            refusal=refusal,
+            notes=(f"{o.cache} cache: every request keeps its own K/V tensors in {dtype}; nothing is paged or shared",),
+            detail={"cache": o.cache, "dtype": dtype, "bytes_per_request": one},
+            per_request_at=lambda n: (hf_cache_bytes(d.model, seq_tokens=n, batch=1, dtype=dtype,
+                                                     cache=o.cache).total_bytes,),
+        )
+
+
+_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from kvplan.capacity.kv import pp_stage_layers
+from kvplan.engines.base import Refusal
 from kvplan.engines.vllm_kv import KvCacheLayout, kv_cache_layout, vllm_layer_spec
-from kvplan.engines.vllm_memory import StageMemory, stage_memory
+from kvplan.engines.vllm_memory import NO_SPLIT, StageMemory, WeightSplit, stage_memory
 from kvplan.errors import InputError
 from kvplan.hardware.gpus import GpuSpec
 from kvplan.model.dtypes import KvDtype, normalize_weight_dtype, resolve_kv_dtype, serving_dtype
@@ -49,6 +51,8 @@ class VllmFlags:
     enable_prefix_caching: bool = True
     kv_cache_memory_bytes: int | None = None
     version: str = "current"
+    allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
+    split: WeightSplit = NO_SPLIT  # expert parallel and CPU offload (vllm_memory.WeightSplit)
 
     def validate(self) -> None:
         if self.version not in VLLM_VERSIONS:
@@ -109,8 +113,13 @@ class VllmReport:
     blocks_per_request: int
     max_concurrency: float
     max_model_len_fit: int  # vLLM's estimate_max_model_len on the limiting rank (0: not one token)
-    startup_error: str | None
+    refusal: Refusal | None
     log_lines: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def startup_error(self) -> str | None:
+        """The error vLLM would stop with, in its own words; None when it starts."""
+        return None if self.refusal is None else self.refusal.message
 
     @property
     def available_kv_cache_bytes(self) -> int:
@@ -130,6 +139,59 @@ class VllmReport:
     def max_running_requests(self) -> int:
         """Concurrency as the scheduler runs it: whole requests, capped by max_num_seqs."""
         return min(math.floor(self.max_concurrency), self.flags.max_num_seqs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as plain data (the `engine` object of estimate's JSON)."""
+        f = self.flags
+        return {
+            "vllm_version": f.version,
+            "flags": {
+                "max_model_len": f.max_model_len,
+                "gpu_memory_utilization": f.gpu_memory_utilization,
+                "kv_cache_dtype": f.kv_cache_dtype.name,
+                "block_size": f.block_size,
+                "max_num_seqs": f.max_num_seqs,
+                "max_num_batched_tokens": f.max_num_batched_tokens,
+                "tensor_parallel_size": f.tp,
+                "pipeline_parallel_size": f.pp,
+                "dtype": f.dtype,
+                "enable_prefix_caching": f.enable_prefix_caching,
+                "kv_cache_memory_bytes": f.kv_cache_memory_bytes,
+            },
+            "total_memory_bytes": self.total_memory_bytes,
+            "requested_bytes": self.requested_bytes,
+            "cudagraph_bytes": self.cudagraph_bytes,
+            "stages": [
+                {
+                    "stage": s.memory.stage,
+                    "layers": s.memory.layers,
+                    "weights_bytes": s.memory.weights_bytes,
+                    "rotary_cache_bytes": s.memory.rotary_cache_bytes,
+                    "activation_peak_bytes": s.memory.activation_peak_bytes,
+                    "non_torch_bytes": s.memory.non_torch_bytes,
+                    "available_kv_cache_bytes": s.available_kv_bytes,
+                    "kv_cache_groups": [
+                        {"kind": g.kind, "layers": g.layers, "window_tokens": g.window_tokens}
+                        for g in s.layout.groups
+                    ],
+                    "group_size": s.layout.group_size,
+                    "page_bytes": s.layout.page_bytes,
+                    "bytes_per_block": s.layout.bytes_per_block,
+                    "num_blocks": s.num_blocks,
+                }
+                for s in self.stages
+            ],
+            "limiting_stage": self.limiting_stage,
+            "available_kv_cache_bytes": self.available_kv_cache_bytes,
+            "block_size": self.stages[self.limiting_stage].layout.block_size,
+            "num_gpu_blocks": self.num_blocks,
+            "usable_blocks": self.usable_blocks,
+            "blocks_per_request": self.blocks_per_request,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "max_concurrency": round(self.max_concurrency, 4),
+            "max_model_len_fit": self.max_model_len_fit,
+            "startup_error": self.startup_error,
+        }
 
 
 def format_gib(n_bytes: int) -> str:
@@ -204,7 +266,7 @@ def plan_vllm(
     memories = stage_memory(
         model, dtype=f.dtype, tp=f.tp, pp=f.pp, quantization=f.quantization,
         max_num_batched_tokens=f.max_num_batched_tokens, max_num_seqs=f.max_num_seqs,
-        checkpoint_bytes=checkpoint_bytes,
+        checkpoint_bytes=checkpoint_bytes, split=flags.split,
     )
     stages: list[StageKv] = []
     for mem, layers in zip(memories, pp_stage_layers(model.num_layers, f.pp)):
@@ -225,7 +287,8 @@ def plan_vllm(
     else:
         tokens = int(concurrency * f.max_model_len)
     fit_len = estimate_max_model_len(layout, lim.available_kv_bytes, f.max_model_len, f.max_num_batched_tokens)
-    error = _too_long(model, f) or _startup_error(stages, f)
+    refusal = _too_long(model, f, flags.allow_long_max_model_len) or _startup_error(stages, f)
+    error = None if refusal is None else refusal.message
     return VllmReport(
         gpu=gpu,
         flags=f,
@@ -239,40 +302,46 @@ def plan_vllm(
         blocks_per_request=per_request,
         max_concurrency=concurrency,
         max_model_len_fit=fit_len,
-        startup_error=error,
+        refusal=refusal,
         log_lines=tuple(_log_lines(stages, f, tokens, concurrency, error, requested, total)),
     )
 
 
-def _too_long(model: ModelSpec, f: ResolvedFlags) -> str | None:
+def _too_long(model: ModelSpec, f: ResolvedFlags, allowed: bool) -> Refusal | None:
     """vLLM refuses a max_model_len beyond the config's positions (unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)."""
     limit = model.max_position_embeddings
-    if limit and f.max_model_len > limit:
-        return (
+    if limit and f.max_model_len > limit and not allowed:
+        return Refusal(
+            "context",
             f"User-specified max_model_len ({f.max_model_len}) is greater than the derived max_model_len "
             f"(max_position_embeddings={limit} in model's config.json). To allow overriding this maximum, set "
-            "the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
+            "the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.",
+            "workload.max_model_len",
         )
     return None
 
 
-def _startup_error(stages: list[StageKv], f: ResolvedFlags) -> str | None:
+def _startup_error(stages: list[StageKv], f: ResolvedFlags) -> Refusal | None:
     """vLLM's _check_enough_kv_cache_memory, rank by rank: the first rank that cannot hold one request."""
     for s in stages:
         if s.available_kv_bytes <= 0:
-            return (
+            return Refusal(
+                "no_kv_memory",
                 "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-                "initializing the engine."
+                "initializing the engine.",
+                "engine.gpu_memory_utilization",
             )
         needed = s.layout.blocks_per_request(f.max_model_len, f.max_num_batched_tokens) * s.layout.bytes_per_block
         if needed > s.available_kv_bytes:
             fit = estimate_max_model_len(s.layout, s.available_kv_bytes, f.max_model_len, f.max_num_batched_tokens)
             hint = f"Based on the available memory, the estimated maximum model length is {fit}. " if fit else ""
-            return (
+            return Refusal(
+                "one_request",
                 f"To serve at least one request with the models's max seq len ({f.max_model_len}), "
                 f"({format_gib(needed)} GiB KV cache is needed, which is larger than the available KV cache "
                 f"memory ({format_gib(s.available_kv_bytes)} GiB). {hint}Try increasing "
-                "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+                "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+                "workload.max_model_len",
             )
     return None
 

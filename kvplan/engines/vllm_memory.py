@@ -53,6 +53,31 @@ NON_TORCH_BYTES = {"single": round(0.25 * GiB), "pp": round(0.07 * GiB), "tp2": 
 
 
 @dataclass(frozen=True)
+class WeightSplit:
+    """How one rank's share of each parameter group is cut, beyond plain tensor parallelism.
+
+    attention_ranks: ranks the attention weights are split over (SGLang DP attention keeps tp / dp of them,
+    so each GPU holds tp / dp-th of attention, not 1 / tp); expert_ranks: ranks the routed experts are spread
+    over (expert parallel: vLLM's EP group is tp x dp); cpu_offload_bytes: weights kept in CPU memory per
+    GPU (vLLM --cpu-offload-gb), taken off the GPU up to what the rank holds. None means tp.
+    """
+
+    attention_ranks: int | None = None
+    expert_ranks: int | None = None
+    cpu_offload_bytes: int = 0
+
+    def ranks_for(self, group: ParamGroup, tp: int) -> int:
+        if group.name == "attention" and self.attention_ranks:
+            return self.attention_ranks
+        if group.name == "experts" and self.expert_ranks:
+            return self.expert_ranks
+        return tp
+
+
+NO_SPLIT = WeightSplit()
+
+
+@dataclass(frozen=True)
 class StageMemory:
     """One pipeline stage's rank (every TP rank of a stage holds the same)."""
 
@@ -118,7 +143,8 @@ def checkpoint_scale(model: ModelSpec, checkpoint_bytes: int | None) -> float:
 
 
 def weights_per_stage(
-    model: ModelSpec, *, dtype: str, tp: int, pp: int, quantization: str | None, checkpoint_bytes: int | None = None
+    model: ModelSpec, *, dtype: str, tp: int, pp: int, quantization: str | None, checkpoint_bytes: int | None = None,
+    split: WeightSplit = NO_SPLIT,
 ) -> list[tuple[int, int]]:
     """(weights bytes, rotary cache bytes) on one rank of each pipeline stage.
 
@@ -135,7 +161,7 @@ def weights_per_stage(
         first, last = i == 0, i == len(stages) - 1
         total = 0.0
         for g in model.param_groups:
-            b = _group_rank_bytes(g, quant, elem, model.vocab_size, tp)
+            b = _group_rank_bytes(g, quant, elem, model.vocab_size, split.ranks_for(g, tp))
             if g.name.startswith(("embed_tokens", "embed_positions", "embed_proj", "vision")):
                 # A tied head on a separate last stage loads its own copy of the embedding.
                 total += b * (first + (last and not first and tied and g.name == "embed_tokens"))
@@ -143,7 +169,8 @@ def weights_per_stage(
                 total += b if last else 0
             else:
                 total += b * len(stage) / model.num_layers
-        out.append((int(total * scale) + rope, rope))
+        on_gpu = max(0, int(total * scale) - split.cpu_offload_bytes)
+        out.append((on_gpu + rope, rope))
     return out
 
 
@@ -199,11 +226,12 @@ def stage_memory(
     max_num_batched_tokens: int,
     max_num_seqs: int,
     checkpoint_bytes: int | None = None,
+    split: WeightSplit = NO_SPLIT,
 ) -> tuple[StageMemory, ...]:
     """Weights, activation peak and non-torch memory on a rank of each pipeline stage."""
     stages = pp_stage_layers(model.num_layers, pp)
     weights = weights_per_stage(
-        model, dtype=dtype, tp=tp, pp=pp, quantization=quantization, checkpoint_bytes=checkpoint_bytes
+        model, dtype=dtype, tp=tp, pp=pp, quantization=quantization, checkpoint_bytes=checkpoint_bytes, split=split
     )
     out = []
     for i, (stage, (w, rope)) in enumerate(zip(stages, weights)):

@@ -1,0 +1,228 @@
+"""vLLM as a registered engine: its own options, the configurations it refuses, and its capacity account.
+
+The arithmetic is vllm.plan_vllm's (budget per rank, KV-cache groups, blocks); this module maps a Deployment
+onto vLLM's flags, checks what vLLM checks before it sizes anything, and states the result in blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from kvplan.capacity.deployment import Deployment, Parallelism
+from kvplan.engines.base import EngineAccount, KvPool, MemoryTerm, Refusal
+from kvplan.engines.vllm import VLLM_VERSIONS, VllmFlags, VllmReport, plan_vllm
+from kvplan.engines.vllm_memory import WeightSplit
+from kvplan.errors import FieldError
+from kvplan.model.specs import ModelSpec
+from kvplan.units import cdiv, fmt_gib
+
+# --block-size choices of vLLM's CacheConfig (BlockSize literal); 7 or 20 are refused by its argument parser.
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+# --kv-cache-dtype choices (CacheDType literal of vLLM 0.19; 'bf16' is kvplan's spelling of bfloat16).
+KV_CACHE_DTYPES = ("auto", "bfloat16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
+
+
+@dataclass(frozen=True)
+class VllmOptions:
+    """vLLM's own serve options; None means vLLM's default for the GPU and release."""
+
+    engine: ClassVar[str] = "vllm"
+
+    version: str = "current"
+    gpu_memory_utilization: float | None = None
+    block_size: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enable_prefix_caching: bool = True
+    kv_cache_memory_bytes: int | None = None
+    allow_long_max_model_len: bool = False  # the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
+
+    def validate(self) -> None:
+        if self.version not in VLLM_VERSIONS:
+            raise FieldError("engine.version", f"must be one of {', '.join(VLLM_VERSIONS)}", self.version)
+        u = self.gpu_memory_utilization
+        if u is not None and not 0 < u <= 1:
+            raise FieldError("engine.gpu_memory_utilization", "must be in (0, 1]", u)
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
+            value = getattr(self, name)
+            if value is not None and not 1 <= value <= 1 << 30:
+                raise FieldError(f"engine.{name}", "must be between 1 and 2^30", value)
+        if self.kv_cache_memory_bytes is not None and not 0 < self.kv_cache_memory_bytes < 1 << 50:
+            raise FieldError("engine.kv_cache_memory_bytes", "must be a positive size", self.kv_cache_memory_bytes)
+
+
+def tp_refusal(model: ModelSpec, tp: int) -> Refusal | None:
+    """vLLM's checks of tensor parallelism against the heads (ModelConfig.verify_with_parallel_config and the
+    QKV projection): tp must divide the attention heads; KV heads are split when tp divides them and
+    replicated when tp is a multiple of them (8 KV heads: tp 16 is fine, tp 12 is not)."""
+    heads = model.num_attention_heads
+    if heads % tp:
+        return Refusal(
+            "tp_heads",
+            f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp}).",
+            "parallelism.tp",
+        )
+    for kv in sorted({s.num_kv_heads for s in model.layers if hasattr(s, "num_kv_heads")}):
+        if (tp >= kv and tp % kv) or (tp < kv and kv % tp):
+            return Refusal(
+                "tp_heads",
+                f"The {kv} KV heads can neither be split over nor replicated on tensor parallel size {tp}.",
+                "parallelism.tp",
+            )
+    return None
+
+
+def _config_refusal(d: Deployment, o: VllmOptions) -> Refusal | None:
+    """What vLLM rejects before it sizes memory: flag values, tp against the heads, pp against the layers."""
+    if d.kv_cache_dtype.lower() not in KV_CACHE_DTYPES:
+        return Refusal(
+            "kv_dtype",
+            f"vLLM's --kv-cache-dtype takes {', '.join(c for c in KV_CACHE_DTYPES if c != 'bf16')}; "
+            f"not {d.kv_cache_dtype!r}.",
+            "kv_cache_dtype",
+        )
+    if o.block_size is not None and o.block_size not in BLOCK_SIZES:
+        return Refusal(
+            "option",
+            f"vLLM's --block-size takes {', '.join(map(str, BLOCK_SIZES))}; not {o.block_size}.",
+            "engine.block_size",
+        )
+    if d.parallelism.pp > d.model.num_layers:
+        return Refusal(
+            "pp_layers",
+            f"Pipeline parallel size {d.parallelism.pp} exceeds the model's {d.model.num_layers} layers.",
+            "parallelism.pp",
+        )
+    return tp_refusal(d.model, d.parallelism.tp)
+
+
+def _flags(d: Deployment, o: VllmOptions) -> VllmFlags:
+    p = d.parallelism
+    return VllmFlags(
+        max_model_len=d.max_model_len,
+        gpu_memory_utilization=o.gpu_memory_utilization,
+        kv_cache_dtype="bfloat16" if d.kv_cache_dtype.lower() == "bf16" else d.kv_cache_dtype,
+        block_size=o.block_size,
+        max_num_seqs=o.max_num_seqs,
+        max_num_batched_tokens=o.max_num_batched_tokens,
+        tensor_parallel_size=p.tp,
+        pipeline_parallel_size=p.pp,
+        dtype=d.weights.dtype or "auto",
+        quantization=d.weights.quantization,
+        enable_prefix_caching=o.enable_prefix_caching,
+        kv_cache_memory_bytes=o.kv_cache_memory_bytes,
+        version=o.version,
+        allow_long_max_model_len=o.allow_long_max_model_len,
+        # Expert parallel spreads whole experts over the tp x dp ranks of the EP group (FusedMoE's EP).
+        split=WeightSplit(
+            expert_ranks=p.tp * p.dp if p.expert_parallel else None,
+            cpu_offload_bytes=d.weights.cpu_offload_bytes,
+        ),
+    )
+
+
+def _shared_prefix_blocks(report: VllmReport, prefix_tokens: int, caching: bool) -> int:
+    """Blocks of a common prefix that prefix caching stores once: whole blocks, in groups that keep every
+    token (full attention, MLA). A 1,000-token prefix in blocks of 16 shares 62 blocks per such group."""
+    if not caching or prefix_tokens <= 0:
+        return 0
+    layout = report.stages[report.limiting_stage].layout
+    whole = prefix_tokens // layout.block_size
+    return sum(whole for g in layout.groups if g.kind in ("full_attention", "mla"))
+
+
+def _notes(d: Deployment, r: VllmReport) -> list[str]:
+    """Why vLLM's blocks differ from tokens x bytes: the in-flight window blocks, raised blocks, null block."""
+    f = r.flags
+    layout = r.stages[r.limiting_stage].layout
+    out = [f"1 of vLLM's {r.num_blocks:,} blocks is its null block, which no request can use"]
+    windows = [g for g in layout.groups if g.kind == "sliding_window"]
+    if windows:
+        w = windows[0].window_tokens
+        blocks = cdiv(min(w - 1 + f.max_num_batched_tokens, f.max_model_len), layout.block_size) + 1
+        out.append(
+            f"a {w:,}-token sliding window reserves {blocks:,} blocks per request, not {cdiv(w, layout.block_size):,}: "
+            f"the {f.max_num_batched_tokens:,} tokens of one prefill step stay until it ends, and a window can "
+            "start mid-block"
+        )
+    if f.block_size and layout.block_size != f.block_size:
+        out.append(
+            f"vLLM raises the attention block to {layout.block_size} tokens so one page holds a Mamba state"
+        )
+    return out
+
+
+class VllmEngine:
+    """vLLM (V1 engine), per release: see kvplan.engines.vllm for what each version changes."""
+
+    name: ClassVar[str] = "vllm"
+    label: ClassVar[str] = "vLLM"
+    options_type: ClassVar[type] = VllmOptions
+
+    def default_options(self) -> VllmOptions:
+        return VllmOptions()
+
+    def gpus_per_instance(self, p: Parallelism) -> int:
+        """tp x pp GPUs per data-parallel rank, dp ranks per instance."""
+        return p.tp * p.pp * p.dp
+
+    def account(self, d: Deployment) -> EngineAccount:
+        o = d.engine
+        assert isinstance(o, VllmOptions)
+        refused = _config_refusal(d, o)
+        if refused is not None:
+            return EngineAccount(
+                engine=self.name, version=o.version, total_memory_bytes=d.gpu.total_memory_bytes,
+                requested_bytes=0, terms=(), kv_budget_bytes=0, pools=(), max_model_len=d.max_model_len,
+                request_cap=o.max_num_seqs, engine_concurrency=0.0, kv_cache_tokens=None, refusal=refused,
+                log_lines=(f"ValueError: {refused.message}",),
+            )
+        flags = _flags(d, o)
+        r = plan_vllm(d.model, flags, d.gpu, checkpoint_bytes=d.weights.checkpoint_bytes)
+        stage = r.stages[r.limiting_stage]
+        m = stage.memory
+        batched = r.flags.max_num_batched_tokens
+        terms = [
+            MemoryTerm("weights", m.weights_bytes, "weights as loaded on this rank"),
+            MemoryTerm("activation_peak", m.activation_peak_bytes,
+                       f"activation peak of the profiling run ({batched:,} tokens)"),
+            MemoryTerm("non_torch", m.non_torch_bytes, "non-torch memory (CUDA context growth, NCCL)"),
+        ]
+        if r.cudagraph_bytes:
+            terms.append(MemoryTerm("cuda_graphs", r.cudagraph_bytes, "CUDA graphs"))
+        if o.kv_cache_memory_bytes is not None:
+            terms = [MemoryTerm("pinned", 0, f"--kv-cache-memory-bytes fixes the KV memory at "
+                                f"{fmt_gib(o.kv_cache_memory_bytes)}")]
+        pool = KvPool(
+            name="KV blocks",
+            unit="block",
+            unit_bytes=stage.layout.bytes_per_block,
+            budget_units=r.usable_blocks,
+            per_request_units=r.blocks_per_request,
+            shared_prefix_units=_shared_prefix_blocks(r, d.workload.shared_prefix_tokens, o.enable_prefix_caching),
+        )
+        layout = stage.layout
+        return EngineAccount(
+            engine=self.name,
+            version=o.version,
+            total_memory_bytes=r.total_memory_bytes,
+            requested_bytes=r.requested_bytes,
+            terms=tuple(terms),
+            kv_budget_bytes=stage.available_kv_bytes,
+            pools=(pool,),
+            max_model_len=r.flags.max_model_len,
+            request_cap=r.flags.max_num_seqs,
+            engine_concurrency=r.max_concurrency,
+            kv_cache_tokens=r.kv_cache_tokens,
+            refusal=r.refusal,
+            log_lines=r.log_lines,
+            notes=tuple(_notes(d, r)),
+            detail=r.to_dict(),
+            per_request_at=lambda length: (layout.blocks_per_request(length, batched),),
+        )
+
+    def with_options(self, d: Deployment, **changes: object) -> Deployment:
+        """`d` with some of its vLLM options changed (used by the fix-finder)."""
+        assert isinstance(d.engine, VllmOptions)
+        return replace(d, engine=replace(d.engine, **changes))  # type: ignore[arg-type]
