@@ -1,179 +1,277 @@
-"""The Python API the CLI calls: resolve a model, plan it, and return data plus its renderer."""
+"""The Python API the commands call: an EstimateRequest in, data out (no terminal, no flags).
+
+    from kvplan.api import EstimateRequest, ModelSource, GpuChoice, estimate
+    from kvplan.capacity.deployment import Workload
+    result = estimate(EstimateRequest(ModelSource("meta-llama/Llama-3.1-8B-Instruct"),
+                                      Workload(max_model_len=8192, concurrency=32), gpu=GpuChoice(("H100",))))
+    result.fits, result.results[0].verdict.max_requests, result.to_dict()
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
-from kvplan.capacity.plan import BudgetModel, Plan, PlanRequest, plan
-from kvplan.capacity.weights import estimate_weights
-from kvplan.cli.render import plan_to_dict, render_plan
-from kvplan.engines import ENGINES
-from kvplan.errors import InputError
+from kvplan.capacity.deployment import Deployment, EngineOptions, Parallelism, WeightsChoice, Workload
+from kvplan.capacity.kv import KvEstimate, KvRequest, estimate_kv
+from kvplan.capacity.weights import WeightEstimate, estimate_weights
+from kvplan.engines import get_engine
+from kvplan.engines.vllm_engine import VllmOptions
+from kvplan.errors import FieldError, InputError
 from kvplan.hardware.gpus import COMMON_GPUS, GpuSpec, custom_gpu, find_gpu
+from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import ModelSpec
+from kvplan.planner.fixes import Fix, find_fixes
+from kvplan.planner.serialize import fix_to_dict, reason, verdict_to_dict
+from kvplan.planner.verdict import Verdict, plan
 from kvplan.sources.resolve import resolve_model
+
+SCHEMA_VERSION = 2
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where the model comes from: a Hub id, a local path or a library name, and how to reach it."""
+
+    model: str
+    revision: str | None = None
+    token: str | None = None
+    offline: bool = False
+    weights_from_hub: bool = False  # read the checkpoint's exact bytes from its safetensors headers
+
+
+@dataclass(frozen=True)
+class GpuChoice:
+    """Which GPUs to plan for: named cards, a custom size, or (neither) the common cards side by side."""
+
+    names: tuple[str, ...] = ()
+    memory_bytes: int | None = None
+    num_gpus: int | None = None  # GPUs in all: beyond one instance's share they become replicas
+
+    def gpus(self) -> tuple[list[GpuSpec], bool]:
+        if self.names and self.memory_bytes is not None:
+            raise FieldError("gpu", "give either a GPU name or a memory size, not both")
+        if self.memory_bytes is not None:
+            if not 0 < self.memory_bytes < 1 << 50:
+                raise FieldError("gpu.memory_bytes", "must be a positive size such as 48GiB", self.memory_bytes)
+            return [custom_gpu(self.memory_bytes)], True
+        if self.names:
+            return [find_gpu(n) for n in self.names], True
+        return [find_gpu(k) for k in COMMON_GPUS], False
+
+
+@dataclass(frozen=True)
+class EstimateRequest:
+    source: ModelSource
+    workload: Workload = field(default_factory=Workload)
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    gpu: GpuChoice = field(default_factory=GpuChoice)
+    weights: WeightsChoice = field(default_factory=WeightsChoice)
+    kv_cache_dtype: str = "auto"
+    engine: EngineOptions = field(default_factory=VllmOptions)
+
+
+@dataclass(frozen=True)
+class GpuResult:
+    verdict: Verdict
+    fixes: tuple[Fix, ...] = ()
 
 
 @dataclass(frozen=True)
 class EstimateResult:
-    plan: Plan
-    data: dict[str, Any]
-    render: Callable[[Console], None]
-    notices: tuple[str, ...]
-    fits: bool | None  # None when no GPU was named (the common cards are compared instead)
+    request: EstimateRequest
+    model: ModelSpec
+    kv: KvEstimate  # the engine-neutral figures: per token, per request, per kind
+    checkpoint: WeightEstimate
+    results: tuple[GpuResult, ...]
+    gpu_named: bool
+    notices: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool | None:
+        """The named GPU's verdict (all of them, when several are named); None when none was named."""
+        if not self.gpu_named:
+            return None
+        return all(r.verdict.fits for r in self.results)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The --json document (schema: kvplan/schemas/estimate.schema.json)."""
+        return _document(self)
 
 
-def select_gpus(gpu: str | None, gpu_mem_bytes: int | None) -> tuple[list[GpuSpec], bool]:
-    """The GPUs to fit: the named one, a custom size, or the common cards side by side."""
-    if gpu and gpu_mem_bytes is not None:
-        raise InputError("give either --gpu or --gpu-mem, not both")
-    if gpu_mem_bytes is not None:
-        if gpu_mem_bytes <= 0:
-            raise InputError("--gpu-mem must be a positive size such as 48GiB")
-        return [custom_gpu(gpu_mem_bytes)], True
-    if gpu:
-        return [find_gpu(gpu)], True
-    return [find_gpu(k) for k in COMMON_GPUS], False
+def instances_for(num_gpus: int | None, gpus_per_instance: int) -> int:
+    """Replicas that `num_gpus` GPUs make: 4 GPUs at tp 1 -> 4 instances; fewer than one instance's share is
+    an error naming the field."""
+    if num_gpus is None:
+        return 1
+    if num_gpus < gpus_per_instance:
+        raise FieldError(
+            "gpu.num_gpus", f"is fewer than the {gpus_per_instance} GPUs one instance needs (tp x pp x dp)", num_gpus
+        )
+    return num_gpus // gpus_per_instance
 
 
-def checkpoint_bytes_from_hub(
-    model: str, spec: ModelSpec, *, revision: str | None, token: str | None, offline: bool
-) -> tuple[int, str]:
-    """--weights-from-hub: the checkpoint's exact bytes from its safetensors headers, and where they came from."""
+def _checkpoint_from_hub(source: ModelSource, model: ModelSpec) -> WeightsChoice:
     from kvplan.capacity.weights import hub_weights_source, weights_from_hub
 
-    if offline:
-        raise InputError("--weights-from-hub reads the Hub; drop --offline, or give the size with --weights-bytes")
-    if Path(model.strip()).expanduser().exists():
-        raise InputError(
-            f"--weights-from-hub needs a Hub repo id, and {model!r} is a local path; give --weights-bytes instead"
+    if source.offline:
+        raise FieldError("source.weights_from_hub", "reads the Hub; drop offline, or give the checkpoint size")
+    if Path(source.model.strip()).expanduser().exists():
+        raise FieldError("source.weights_from_hub", f"needs a Hub repo id, and {source.model!r} is a local path; "
+                         "give the checkpoint size instead")
+    return WeightsChoice(
+        checkpoint_bytes=weights_from_hub(model.name, source.revision, source.token),
+        checkpoint_source=hub_weights_source(model.name, source.revision),
+    )
+
+
+def deployments(req: EstimateRequest, model: ModelSpec) -> tuple[list[Deployment], bool]:
+    """One deployment per GPU the request plans for."""
+    engine = get_engine(req.engine.engine)
+    cards, named = req.gpu.gpus()
+    instances = instances_for(req.gpu.num_gpus, engine.gpus_per_instance(req.parallelism))
+    out = [
+        Deployment(
+            model=model, gpu=card, engine=req.engine, workload=req.workload, parallelism=req.parallelism,
+            weights=req.weights, kv_cache_dtype=req.kv_cache_dtype, instances=instances,
         )
-    return weights_from_hub(spec.name, revision, token), hub_weights_source(spec.name, revision)
+        for card in cards
+    ]
+    return out, named
 
 
-def estimate(
-    model: str,
-    *,
-    seq_tokens: int | None = None,
-    batch: int = 1,
-    kv_cache_dtype: str = "auto",
-    dtype: str | None = None,
-    block_size: int | None = None,
-    tp: int = 1,
-    pp: int = 1,
-    shared_prefix_tokens: int = 0,
-    gpu: str | None = None,
-    gpu_mem_bytes: int | None = None,
-    num_gpus: int | None = None,
-    gpu_memory_utilization: float | None = None,
-    overhead_bytes: int | None = None,
-    weights_bytes: int | None = None,
-    weights_from_hub: bool = False,
-    quantization: str | None = None,
-    revision: str | None = None,
-    token: str | None = None,
-    offline: bool = False,
-    engine: str = "vllm",
-    vllm_version: str = "current",
-    max_num_seqs: int | None = None,
-    max_num_batched_tokens: int | None = None,
-    enable_prefix_caching: bool = True,
-    kv_cache_memory_bytes: int | None = None,
-    mem_fraction_static: float | None = None,
-    page_size: int = 1,
-    hf_cache: str = "dynamic",
-) -> EstimateResult:
-    """Plan MODEL at seq_tokens x batch; see `kvplan estimate --help` for each argument.
-
-    gpu_memory_utilization None means the engine's default (vLLM: 0.92 current, 0.9 for --vllm-version 0.19).
-    """
-    resolved = resolve_model(model, revision=revision, token=token, offline=offline)
-    spec = resolved.model
+def estimate(req: EstimateRequest, *, fixes: bool = True) -> EstimateResult:
+    """Resolve the model, plan it on each GPU, and find fixes where it does not fit."""
+    s = req.source
+    resolved = resolve_model(s.model, revision=s.revision, token=s.token, offline=s.offline)
+    model = resolved.model
     notices = list(resolved.notices)
-    if seq_tokens is None:
-        if spec.max_position_embeddings is None:
-            raise InputError(f"{spec.name} states no max context (max_position_embeddings); pass --seq")
-        seq_tokens = spec.max_position_embeddings
-        notices.append(f"--seq not given: using the model's max context, {seq_tokens:,} tokens")
-    gpus, named = select_gpus(gpu, gpu_mem_bytes)
-    weights_source = "--weights-bytes"
-    if weights_from_hub:
-        if weights_bytes is not None:
-            raise InputError("give either --weights-bytes or --weights-from-hub, not both")
-        weights_bytes, weights_source = checkpoint_bytes_from_hub(
-            model, spec, revision=revision, token=token, offline=offline
-        )
-    if engine not in ENGINES:
-        raise InputError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    budget_model: BudgetModel | None = None
-    if engine == "vllm":
-        from kvplan.engines.budgets import vllm_budget
-        from kvplan.engines.vllm import DEFAULT_UTILIZATION, VllmFlags
-
-        flags = VllmFlags(
-            max_model_len=seq_tokens,
-            gpu_memory_utilization=gpu_memory_utilization,
-            kv_cache_dtype=kv_cache_dtype,
-            block_size=block_size,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            tensor_parallel_size=tp,
-            pipeline_parallel_size=pp,
-            dtype=dtype or "auto",
-            quantization=quantization,
-            enable_prefix_caching=enable_prefix_caching,
-            kv_cache_memory_bytes=kv_cache_memory_bytes,
-            version=vllm_version,
-        )
-        flags.validate()
-        if gpu_memory_utilization is None:
-            gpu_memory_utilization = DEFAULT_UTILIZATION[vllm_version]
-        budget_model = vllm_budget(flags)
-    elif engine == "sglang":
-        from kvplan.engines.budgets import sglang_budget
-
-        budget_model = sglang_budget(mem_fraction_static, page_size)
-    elif engine == "transformers":
-        from kvplan.engines.budgets import transformers_budget
-
-        budget_model = transformers_budget(hf_cache)
-    req = PlanRequest(
-        seq_tokens=seq_tokens,
-        batch=batch,
-        kv_cache_dtype=kv_cache_dtype,
-        dtype=dtype,
-        block_size=block_size or 16,
-        tp=tp,
-        pp=pp,
-        shared_prefix_tokens=shared_prefix_tokens,
-        gpu_memory_utilization=0.9 if gpu_memory_utilization is None else gpu_memory_utilization,
-        overhead_bytes=overhead_bytes,
-        weights_bytes=weights_bytes,
-        quantization=quantization,
-        num_gpus=num_gpus,
+    if s.weights_from_hub:
+        if req.weights.checkpoint_bytes is not None:
+            raise FieldError("source.weights_from_hub", "give either the checkpoint size or read it from the Hub, "
+                             "not both")
+        hub = _checkpoint_from_hub(s, model)
+        req = replace(req, weights=replace(req.weights, checkpoint_bytes=hub.checkpoint_bytes,
+                                           checkpoint_source=hub.checkpoint_source))
+    if req.workload.max_model_len is None:
+        if model.max_position_embeddings is None:
+            raise FieldError("workload.max_model_len", f"{model.name} states no max context; give one")
+        notices.append(f"no request length given: using the model's max context, "
+                       f"{model.max_position_embeddings:,} tokens")
+    found, named = deployments(req, model)
+    for d in found:
+        d.validate()
+    results = []
+    for d in found:
+        v = plan(d)
+        results.append(GpuResult(v, find_fixes(d, v) if fixes and named else ()))
+    d0 = found[0]
+    dtype = req.weights.dtype or serving_dtype(model.config_dtype)
+    try:
+        kv_dtype = resolve_kv_dtype(req.kv_cache_dtype, dtype)
+    except InputError:
+        kv_dtype = resolve_kv_dtype("auto", dtype)  # an engine refusal says why; the neutral figures use auto
+    p = req.parallelism
+    pp = p.pp if p.pp <= model.num_layers else 1
+    kv = estimate_kv(model, kv_dtype, KvRequest(
+        seq_tokens=d0.max_model_len, batch=req.workload.concurrency, block_size=16, tp=p.tp, pp=pp,
+        shared_prefix_tokens=req.workload.shared_prefix_tokens,
+    ))
+    checkpoint = estimate_weights(
+        model, dtype=dtype, quantization=req.weights.quantization, override_bytes=req.weights.checkpoint_bytes,
+        override_source=req.weights.checkpoint_source or "given size",
     )
-    p = plan(spec, req, gpus, budget_model=budget_model, engine=engine)
-    if weights_bytes is not None:
-        # The same override, named for where it came from (plan() labels every override --weights-bytes).
-        measured = estimate_weights(
-            spec, dtype=p.dtype, tp=tp, pp=pp, quantization=quantization, override_bytes=weights_bytes,
-            override_source=weights_source,
-        )
-        if budget_model is not None and engine != "transformers":
-            # vLLM and SGLang split the measured bytes themselves (vllm_memory.checkpoint_scale), not evenly.
-            measured = replace(measured, source=weights_source)
-        p = replace(p, weights=measured)
-    if overhead_bytes is not None and engine in ("vllm", "sglang"):
-        notices.append(f"--overhead is ignored by --engine {engine}: it models activation and runtime memory itself")
-    return EstimateResult(
-        plan=p,
-        data=plan_to_dict(p, gpu_named=named),
-        render=lambda console: render_plan(p, console, gpu_named=named),
-        notices=tuple(notices),
-        fits=p.fits[0].fits if named else None,
-    )
+    return EstimateResult(req, model, kv, checkpoint, tuple(results), named, tuple(notices))
+
+
+# Top-level figures scripts read: the named GPU's, or, with no GPU named, figures every card agrees on (a KV
+# budget pinned with --kv-cache-memory-bytes makes tokens and concurrency the same on every card).
+_HEADLINE = ("available_kv_cache_bytes", "kv_cache_tokens", "max_concurrency", "max_requests",
+             "longest_context_tokens")
+
+
+def _document(r: EstimateResult) -> dict[str, Any]:
+    m, req, kv, w = r.model, r.request, r.kv, r.checkpoint
+    gpus = []
+    for g in r.results:
+        v = g.verdict
+        gpus.append({
+            "gpu": v.deployment.gpu.key,
+            "gpu_name": v.deployment.gpu.display_name,
+            "memory_source": v.deployment.gpu.memory_source,
+            **verdict_to_dict(v),
+            "fixes": [fix_to_dict(f) for f in g.fixes],
+        })
+    headline: dict[str, Any] = {}
+    for key in _HEADLINE:
+        values = {json_key(g[key]) for g in gpus}
+        headline[key] = gpus[0][key] if (r.gpu_named and len(gpus) == 1) or len(values) == 1 else None
+    first = r.results[0].verdict
+    engine_options = {k: v for k, v in vars(req.engine).items()}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "model": {
+            "name": m.name,
+            "source": m.source,
+            "family": m.family,
+            "model_type": m.model_type,
+            "architecture": m.architecture,
+            "layers": m.num_layers,
+            "layer_kinds": m.layer_kinds(),
+            "params": m.num_params,
+            "config_dtype": m.config_dtype,
+            "max_position_embeddings": m.max_position_embeddings,
+        },
+        "request": {
+            "max_model_len": first.deployment.max_model_len,
+            "concurrency": req.workload.concurrency,
+            "shared_prefix_tokens": req.workload.shared_prefix_tokens,
+            "kv_cache_dtype": kv.kv_dtype.name if req.kv_cache_dtype == "auto" else req.kv_cache_dtype,
+            "dtype": req.weights.dtype,
+            "quantization": req.weights.quantization,
+            "tensor_parallel_size": req.parallelism.tp,
+            "pipeline_parallel_size": req.parallelism.pp,
+            "data_parallel_size": req.parallelism.dp,
+            "num_gpus": req.gpu.num_gpus,
+            "engine": req.engine.engine,
+            "engine_options": engine_options,
+        },
+        "fits": r.fits,
+        "reason": reason(first) if r.gpu_named and len(r.results) == 1 else None,
+        **headline,
+        "kv": {
+            "dtype": kv.kv_dtype.name,
+            "scales": kv.kv_dtype.scales_note,
+            "model_bytes_per_token": kv.model_bytes_per_token,
+            "model_bytes_per_request": kv.model_contiguous_bytes_per_request,
+            "model_batch_bytes": kv.model_batch_contiguous_bytes,
+            "model_state_bytes_per_request": kv.model_state_bytes_per_request,
+            "by_kind": [
+                {
+                    "kind": k.kind,
+                    "layers": k.layers,
+                    "bytes_per_token": k.bytes_per_token,
+                    "resident_tokens": k.resident_tokens,
+                    "contiguous_bytes_per_request": k.contiguous_bytes,
+                    "paged_bytes_per_request": k.paged_bytes,
+                    "state_bytes_per_request": k.state_bytes,
+                }
+                for k in kv.kinds
+            ],
+        },
+        "weights": {
+            "num_params": w.num_params,
+            "checkpoint_bytes": w.total_bytes,
+            "source": w.source,
+        },
+        "gpu_named": r.gpu_named,
+        "gpus": gpus,
+        "notices": list(r.notices),
+        "notes": list(m.notes),
+    }
+
+
+def json_key(value: Any) -> Any:
+    """A hashable stand-in for comparing JSON values."""
+    return repr(value)

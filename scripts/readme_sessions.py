@@ -23,7 +23,7 @@ BLOCK = re.compile(r"```console\n\$ (kvplan [^\n]+)\n(.*?)```", re.S)
 
 def run(command: str) -> str:
     argv = shlex.split(command)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "160"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "80"}
     env.pop("KVPLAN_DEBUG", None)
     done = subprocess.run(
         [sys.executable, "-m", "kvplan", *argv[1:]], capture_output=True, text=True, cwd=ROOT, env=env

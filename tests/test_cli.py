@@ -37,30 +37,55 @@ def test_design_card_json(runner):
 def test_fits_exit_0_and_does_not_fit_exit_1(runner):
     fits = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "8192", "--batch", "4", "--gpu", "H100")
     assert fits.exit_code == 0, fits.output
-    assert "FITS" in fits.stdout
-    too_big = run_cli(runner, "estimate", "meta-llama/Llama-2-7b", "--seq", "32768", "--batch", "16", "--gpu", "H100")
+    assert fits.stdout.startswith("FITS on H100-80GB")
+    too_big = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "131072", "--batch", "16",
+                      "--gpu", "H100")
     assert too_big.exit_code == 1
-    assert "DOES NOT FIT" in too_big.stdout and "--kv-cache-dtype fp8" in too_big.stdout
+    first = too_big.stdout.split("\n\n")[0]
+    assert first.startswith("DOES NOT FIT on H100-80GB") and "Best fix:" in first
 
 
 def test_json_fit_fields(runner):
-    data = run_json(runner, "estimate", "meta-llama/Llama-2-7b", "--seq", "32768", "--batch", "16", "--gpu", "H100")
+    # Llama-3.1-8B, 16 x 131,072 tokens: 131,072 B/token x 131,072 = 16 GiB per request = 8,192 blocks of 2 MiB.
+    data = run_json(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "131072", "--batch", "16",
+                    "--gpu", "H100")
     fit = data["gpus"][0]
-    assert data["fits"] is False and fit["fits"] is False
-    assert fit["kv_needed_bytes"] == 256 * GiB
-    assert fit["kv_budget_bytes"] == fit["requested_bytes"] - fit["weights_per_gpu_bytes"] - fit["overhead_bytes"]
-    assert {s["change"].split()[0] for s in fit["suggestions"]} >= {"--batch", "--seq", "--kv-cache-dtype"}
+    assert data["fits"] is False and fit["fits"] is False and data["reason"]["code"] == "kv_cache"
+    [pool] = fit["pools"]
+    assert pool["unit_bytes"] == 2 * 1024**2 and pool["per_request_units"] == 8192
+    assert fit["kv_needed_bytes"] == 16 * 16 * GiB
+    assert fit["kv_budget_bytes"] == pool["budget_units"] * pool["unit_bytes"] < fit["kv_needed_bytes"]
+    used = sum(t["bytes"] for t in fit["terms"])
+    assert fit["available_kv_cache_bytes"] == fit["requested_bytes"] - used
+    assert fit["max_requests"] == pool["budget_units"] // 8192 == data["max_requests"]
+    assert isinstance(fit["max_concurrency"], float) and isinstance(fit["max_requests"], int)
+    best = fit["fixes"][0]
+    assert best["keeps_workload"] and best["max_requests"] >= 16
+
+
+def test_the_best_fix_replayed_as_flags_fits(runner):
+    args = ["estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "131072", "--batch", "16", "--gpu", "H100"]
+    first = run_cli(runner, *args).stdout.split("\n")[:3]
+    fix = " ".join(first).split("Best fix: ")[1].split(" (fits on")[0]
+    again = run_cli(runner, *args, *fix.split())
+    assert again.exit_code == 0 and again.stdout.startswith("FITS"), (fix, again.stdout[:300])
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--kv-cache-dtype", "fp7"], "unknown KV cache dtype 'fp7'"),
+        (["--kv-cache-dtype", "fp7"], "--kv-cache-dtype fp7: unknown KV cache dtype"),
         (["--gpu", "H1000"], "unknown GPU 'H1000'"),
+        (["--gpu", ""], "--gpu is empty"),
         (["--gpu-mem", "lots"], "--gpu-mem: cannot read 'lots' as a size"),
-        (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must be in (0, 1]"),
+        (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization 1.5: must be in (0, 1]"),
         (["--dtype", "fp64"], "unknown dtype 'fp64'"),
-        (["--batch", "0"], "--batch must be >= 1"),
+        (["--batch", "0"], "--batch 0: must be between 1 and"),
+        (["--batch", "9" * 400], "--batch"),
+        (["--seq", "9" * 400], "--max-model-len"),
+        (["--shared-prefix", "1024"], "--shared-prefix 1024: must be shorter than the request length 1,024"),
+        (["--engine", "sglang", "--block-size", "32"], "--block-size is an option of --engine vllm / generic, not "
+                                                        "sglang; sglang's counterpart is --page-size"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(runner, args, message):
@@ -109,4 +134,4 @@ def test_gpu_mem_for_any_card(runner):
 def test_results_on_stdout_messages_on_stderr(runner):
     result = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--json")
     json.loads(result.stdout)  # stdout is only the document
-    assert "--seq not given" in result.stderr
+    assert "no request length given: using the model's max context, 131,072 tokens" in result.stderr

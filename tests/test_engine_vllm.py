@@ -156,11 +156,15 @@ def test_cli_json_top_level(runner):
                      "--gpu-memory-utilization", "0.95", "--vllm-version", "0.19", "--offline", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["engine"] == "vllm"
+    assert data["schema_version"] == 2 and data["request"]["engine"] == "vllm"
     assert abs(data["available_kv_cache_bytes"] / GiB - 58.11) < 0.02
     assert abs(data["kv_cache_tokens"] - 476_016) < 500
     assert abs(data["max_concurrency"] - 58.11) < 0.05
-    assert data["gpus"][0]["engine"]["log_lines"]
+    # Whole requests: the usable blocks (without the null block) over 512 blocks per request, under max_num_seqs.
+    fit = data["gpus"][0]
+    assert data["max_requests"] == fit["pools"][0]["budget_units"] // 512 == fit["max_requests"]
+    assert fit["pools"][0]["budget_units"] == fit["engine_detail"]["num_gpu_blocks"] - 1
+    assert fit["log_lines"]
 
 
 def test_cli_prints_vllm_lines_and_failure(runner):
@@ -168,14 +172,16 @@ def test_cli_prints_vllm_lines_and_failure(runner):
                      "--kv-cache-memory-bytes", "4GiB", "--offline")
     assert result.exit_code == 1, result.output
     assert "To serve at least one request" in result.stdout
-    assert "try --max-model-len 32768" in result.stdout
+    # 4 GiB = 2,048 blocks of 2 MiB; one is the null block: 2,047 x 16 = 32,752 tokens is the longest context
+    # the usable blocks hold, and the best fix that keeps 4 GiB is that length.
+    assert "--max-model-len 32752" in result.stdout
 
 
 def test_cli_generic_engine_keeps_fixed_overhead(runner):
     result = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "8192", "--gpu", "H100",
                      "--engine", "generic", "--offline", "--json")
     data = json.loads(result.stdout)
-    assert data["gpus"][0]["overhead_bytes"] == 2 * GiB
+    assert {t["name"]: t["bytes"] for t in data["gpus"][0]["terms"]}["overhead"] == 2 * GiB
     assert data["kv_cache_tokens"] is None
 
 
@@ -198,7 +204,11 @@ def test_estimate_states_the_batch_need_in_vllm_blocks():
     # (K, V) x 2 B = 32,768 B, so 12 x 32,768 = 393,216 B per block. One request of 131,072 tokens needs
     # cdiv(131,072, 16) = 8,192 full blocks + cdiv(min(128 - 1 + 8,192 in flight, 131,072), 16) + 1 = 521 sliding
     # blocks = 8,713; eight requests: 8 x 8,713 x 393,216 B (kvplan's engine-neutral paging says less: 9 blocks).
-    from kvplan.api import estimate
+    from kvplan.api import EstimateRequest, GpuChoice, ModelSource, estimate
+    from kvplan.capacity.deployment import Workload
 
-    fit = estimate("openai/gpt-oss-20b", seq_tokens=131072, batch=8, gpu="H100", offline=True).plan.fits[0]
-    assert fit.kv_needed_bytes == 8 * 8713 * 393_216
+    r = estimate(EstimateRequest(ModelSource("openai/gpt-oss-20b", offline=True),
+                                 Workload(max_model_len=131072, concurrency=8), gpu=GpuChoice(("H100",))))
+    v = r.results[0].verdict
+    assert v.pools[0].pool.per_request_units == 8713 and v.pools[0].pool.unit_bytes == 393_216
+    assert v.kv_needed_bytes == 8 * 8713 * 393_216

@@ -37,13 +37,13 @@ def _estimate(runner, *args: str) -> dict:
 def test_vllm_weights_follow_the_safetensors_bytes(runner, hub_env: HubEnv) -> None:
     _serve(hub_env)
     data = _estimate(runner, "--weights-from-hub")
-    assert data["weights"]["total_bytes"] == HUB_BYTES
+    assert data["weights"]["checkpoint_bytes"] == HUB_BYTES
     assert data["weights"]["source"] == "safetensors headers of org/tiny@main on the Hub (--weights-from-hub)"
     # One GPU: vLLM holds the checkpoint as it is plus its rotary cache: 4,000,000 + 262,144.
-    assert data["gpus"][0]["engine"]["stages"][0]["weights_bytes"] == HUB_BYTES + ROTARY_BYTES
+    assert data["gpus"][0]["engine_detail"]["stages"][0]["weights_bytes"] == HUB_BYTES + ROTARY_BYTES
     without = _estimate(runner)
     # The config-based figure: 3,672,576 B + 262,144 B.
-    assert without["gpus"][0]["engine"]["stages"][0]["weights_bytes"] == 3_672_576 + ROTARY_BYTES
+    assert without["gpus"][0]["engine_detail"]["stages"][0]["weights_bytes"] == 3_672_576 + ROTARY_BYTES
     assert without["weights"]["source"] == "config (bfloat16)"
 
 
@@ -53,7 +53,7 @@ def test_tensor_parallel_split_keeps_the_modelled_shares(runner, hub_env: HubEnv
     # Modelled rank 0 at tp=2: half of the (padded) vocabulary rows of embed and head 2 x 262,144 B, half of the
     # linear layers 2,621,440 / 2 B, the replicated norms 2,560 B = 1,837,568 B of the 3,672,576 B checkpoint.
     # Scaled to the measured bytes: int(1,837,568 x 4,000,000 / 3,672,576) = 2,001,394, plus the rotary cache.
-    assert data["gpus"][0]["engine"]["stages"][0]["weights_bytes"] == 2_001_394 + ROTARY_BYTES
+    assert data["gpus"][0]["engine_detail"]["stages"][0]["weights_bytes"] == 2_001_394 + ROTARY_BYTES
 
 
 def test_human_output_names_the_source(runner, hub_env: HubEnv) -> None:
@@ -68,17 +68,19 @@ def test_human_output_names_the_source(runner, hub_env: HubEnv) -> None:
 def test_generic_engine_uses_the_measured_bytes(runner, hub_env: HubEnv) -> None:
     _serve(hub_env)
     data = _estimate(runner, "--weights-from-hub", "--engine", "generic")
-    assert data["gpus"][0]["weights_per_gpu_bytes"] == HUB_BYTES
+    assert {t["name"]: t["bytes"] for t in data["gpus"][0]["terms"]}["weights"] == HUB_BYTES
 
 
 def test_conflicting_flags_are_one_line_errors(runner, hub_env: HubEnv, tmp_path) -> None:
     _serve(hub_env)
     both = run_cli(runner, "estimate", "org/tiny", "--weights-from-hub", "--weights-bytes", "4GiB", "--seq", "8")
     assert both.exit_code == 2
-    assert both.stderr.strip() == "Error: give either --weights-bytes or --weights-from-hub, not both"
+    assert both.stderr.strip() == (
+        "Error: --weights-from-hub: give either the checkpoint size or read it from the Hub, not both"
+    )
     local = tmp_path / "config.json"
     local.write_text(json.dumps(TINY))
     from_path = run_cli(runner, "estimate", str(local), "--weights-from-hub", "--seq", "8")
     assert from_path.exit_code == 2 and "needs a Hub repo id" in from_path.stderr
     offline = run_cli(runner, "estimate", "org/tiny", "--weights-from-hub", "--offline", "--seq", "8")
-    assert offline.exit_code == 2 and "--weights-from-hub reads the Hub; drop --offline" in offline.stderr
+    assert offline.exit_code == 2 and "--weights-from-hub: reads the Hub; drop offline" in offline.stderr

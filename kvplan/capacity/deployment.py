@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
-from kvplan.errors import FieldError
+from kvplan.errors import FieldError, InputError
 from kvplan.hardware.gpus import GpuSpec
+from kvplan.model.dtypes import KV_DTYPE_CHOICES, resolve_kv_dtype
 from kvplan.model.specs import ModelSpec
 
 # Bounds far beyond any real deployment; a value past them is a typo or an attack, and would only make the
@@ -26,10 +27,11 @@ MAX_INSTANCES = 100_000
 def check_int(name: str, value: object, low: int, high: int) -> int:
     """An integer field within [low, high], or a FieldError naming it."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise FieldError(name, f"must be a whole number, got {value!r}")
+        raise FieldError(name, "must be a whole number", repr(value)[:40])
     if not low <= value <= high:
-        shown = value if abs(value) < 10**15 else f"a {len(str(abs(value)))}-digit number"
-        raise FieldError(name, f"must be between {low:,} and {high:,}, got {shown}")
+        digits = len(str(abs(value))) if abs(value) < 10**4000 else "4000+"
+        shown = value if abs(value) < 10**15 else f"(a {digits}-digit number)"
+        raise FieldError(name, f"must be between {low:,} and {high:,}", shown)
     return value
 
 
@@ -123,6 +125,11 @@ class Deployment:
         self.weights.validate()
         self.engine.validate()
         check_int("instances", self.instances, 1, MAX_INSTANCES)
+        try:
+            resolve_kv_dtype(self.kv_cache_dtype, "bfloat16")
+        except InputError:
+            raise FieldError("kv_cache_dtype", f"unknown KV cache dtype; use one of {', '.join(KV_DTYPE_CHOICES)}",
+                             self.kv_cache_dtype) from None
         if self.workload.shared_prefix_tokens >= self.max_model_len:
             raise FieldError(
                 "workload.shared_prefix_tokens",

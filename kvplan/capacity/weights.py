@@ -97,7 +97,8 @@ def estimate_weights(
         stages = pp_stage_layers(model.num_layers, pp)
         largest = max(len(s) for s in stages)
         per_gpu = cdiv(override_bytes * largest, model.num_layers * tp)
-        return WeightEstimate(num_params, override_bytes, per_gpu, f"{override_source} (split evenly by layers and tp)")
+        split = " (split evenly by layers and tp)" if tp * pp > 1 else ""
+        return WeightEstimate(num_params, override_bytes, per_gpu, f"{override_source}{split}")
 
     quant = model.quant
     source = f"config ({dtype})"

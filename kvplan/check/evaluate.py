@@ -1,191 +1,118 @@
-"""Run the engine capacity model on each deployment request: verdict, margin, and the smallest fix.
+"""Evaluate each deployment request: map it onto the deployment model, plan it, and say the smallest fix.
 
-What "fits" means: the engine starts (every rank holds one request at max-model-len, vLLM's own start-up
-check) and, where the file states a concurrency target (kvplan's schema `concurrency` / `max_num_seqs`), that
-many full-length requests fit at once. Margin is the share of the KV memory left after that requirement:
-needing 40 GiB of 50 GiB available is a 20% margin.
+The same Deployment and planner as `kvplan estimate` (kvplan.capacity.deployment, kvplan.planner), so the
+two commands cannot disagree. What "fits" means: the engine starts (every rank holds one request at
+max-model-len) and, where the file states a concurrency target (kvplan's schema `concurrency`), that many
+full-length requests are held at once. Margin is the share of the limiting pool left after that
+requirement: needing 40 GiB of 50 GiB is a 20% margin.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from typing import Any
 
-from kvplan.capacity.plan import PlanRequest, plan
+from kvplan.capacity.deployment import Deployment, Parallelism, WeightsChoice, Workload
+from kvplan.check.fields import fix_text
 from kvplan.check.model import CANNOT_EVALUATE, DOES_NOT_FIT, FITS, CheckResult, DeploymentRequest
-from kvplan.engines.sglang import plan_sglang
-from kvplan.engines.vllm import VllmFlags, VllmReport, plan_vllm
+from kvplan.engines import ENGINES, get_engine
+from kvplan.engines.generic import TgiOptions
+from kvplan.engines.sglang import SglangOptions
+from kvplan.engines.vllm_engine import VllmOptions
 from kvplan.errors import KvplanError
-from kvplan.hardware.gpus import GpuSpec, find_gpu
-from kvplan.model.specs import ModelSpec
+from kvplan.hardware.gpus import find_gpu
+from kvplan.planner.fixes import find_fixes
+from kvplan.planner.serialize import reason as reason_of
+from kvplan.planner.serialize import verdict_to_dict
+from kvplan.planner.verdict import Verdict, plan
 from kvplan.sources.resolve import resolve_model
-from kvplan.units import fmt_gib
+from kvplan.units import GiB
 
-TGI_DEFAULT_MEMORY_FRACTION = 1.0  # TGI's --cuda-memory-fraction default
-
-
-@dataclass(frozen=True)
-class Capacity:
-    """One engine's answer for one deployment on one replica (per GPU of the fullest rank)."""
-
-    available_bytes: int  # KV memory on the limiting rank
-    needed_bytes: int  # KV the requirement takes on that rank
-    max_concurrency: float  # full-length requests that fit at once, all replicas
-    startup_error: str | None
-    max_model_len: int
-    engine_lines: tuple[str, ...] = ()
-
-    @property
-    def fits(self) -> bool:
-        return self.startup_error is None and self.needed_bytes <= self.available_bytes
-
-    @property
-    def margin(self) -> float | None:
-        if self.available_bytes <= 0:
-            return None
-        return (self.available_bytes - self.needed_bytes) / self.available_bytes
+CHECKED_ENGINES = ("vllm", "sglang", "tgi")
 
 
-def _required_requests(req: DeploymentRequest) -> int:
+def required_requests(req: DeploymentRequest) -> int:
     """kvplan's own schema states how many concurrent full-length requests must fit; engine flags only cap."""
     if req.source_format == "kvplan" and req.max_num_seqs:
         return req.max_num_seqs
     return 1
 
 
-def _replicas(req: DeploymentRequest) -> int:
-    per_replica = req.tensor_parallel_size * req.pipeline_parallel_size
-    dp = req.flag("data-parallel-size") or req.flag("data-parallel-size-local")
-    if dp and dp.isdigit():
-        return max(1, int(dp))
-    return max(1, (req.num_gpus or per_replica) // per_replica)
-
-
-def _vllm(model: ModelSpec, req: DeploymentRequest, gpu: GpuSpec, version: str) -> Capacity:
-    flags = VllmFlags(
-        max_model_len=req.max_model_len,
-        gpu_memory_utilization=req.gpu_memory_utilization,
-        kv_cache_dtype=req.kv_cache_dtype or "auto",
-        block_size=req.block_size,
-        max_num_seqs=req.max_num_seqs,
-        max_num_batched_tokens=req.max_num_batched_tokens,
-        tensor_parallel_size=req.tensor_parallel_size,
-        pipeline_parallel_size=req.pipeline_parallel_size,
-        dtype=req.dtype or "auto",
-        quantization=req.quantization,
-        enable_prefix_caching=req.enable_prefix_caching is not False,
-        version=version,
-    )
-    report: VllmReport = plan_vllm(model, flags, gpu)
-    f = report.flags
-    stage = report.stages[report.limiting_stage]
-    per_request = stage.layout.blocks_per_request(f.max_model_len, f.max_num_batched_tokens) * stage.layout.bytes_per_block
-    return Capacity(
-        available_bytes=report.available_kv_cache_bytes,
-        needed_bytes=_required_requests(req) * per_request,
-        max_concurrency=report.max_concurrency * _replicas(req),
-        startup_error=report.startup_error,
-        max_model_len=f.max_model_len,
-        engine_lines=report.log_lines,
-    )
-
-
-def _sglang(model: ModelSpec, req: DeploymentRequest, gpu: GpuSpec, version: str) -> Capacity:
-    page = req.flag("page-size")
-    report = plan_sglang(
-        model,
-        gpu,
-        mem_fraction_static=req.gpu_memory_utilization,
-        page_size=int(page) if page and page.isdigit() else 1,
-        tp=req.tensor_parallel_size,
-        kv_cache_dtype=req.kv_cache_dtype or "auto",
-        dtype=req.dtype,
-    )
-    max_len = req.max_model_len or model.max_position_embeddings or 0
-    needed_tokens = _required_requests(req) * max_len
-    error = None
-    if report.max_total_num_tokens < max_len:
-        error = (
-            f"max_total_num_tokens={report.max_total_num_tokens:,} is smaller than the context length "
-            f"{max_len:,}: one full-length request cannot be held"
-        )
-    return Capacity(
-        available_bytes=report.available_kv_bytes,
-        needed_bytes=report.kv_bytes_for_tokens(needed_tokens),
-        max_concurrency=report.max_concurrency(max_len) * _replicas(req) if max_len else 0.0,
-        startup_error=error,
-        max_model_len=max_len,
-        engine_lines=(
-            f"max_total_num_tokens={report.max_total_num_tokens}, page_size={report.page_size}, "
-            f"mem_fraction_static={report.mem_fraction_static}",
-        ),
-    )
-
-
-def _tgi(model: ModelSpec, req: DeploymentRequest, gpu: GpuSpec, version: str) -> Capacity:
-    """TGI has no engine model here: the generic budget at TGI's memory fraction, one request at max-total-tokens."""
-    max_len = req.max_model_len or model.max_position_embeddings or 0
-    p = plan(
-        model,
-        PlanRequest(
-            seq_tokens=max_len,
-            batch=_required_requests(req),
-            kv_cache_dtype=req.kv_cache_dtype or "auto",
-            tp=req.tensor_parallel_size,
-            gpu_memory_utilization=req.gpu_memory_utilization or TGI_DEFAULT_MEMORY_FRACTION,
-            quantization=None,
-        ),
-        [gpu],
-        suggest=False,
-    )
-    fit = p.fits[0]
-    return Capacity(
-        available_bytes=fit.kv_budget_bytes,
-        needed_bytes=fit.kv_needed_bytes,
-        max_concurrency=float(fit.max_concurrency * _replicas(req)),
-        startup_error=None if fit.kv_budget_bytes > 0 else "the weights alone exceed the GPU memory TGI may use",
-        max_model_len=max_len,
-        engine_lines=("TGI evaluated with kvplan's generic budget (no TGI engine model)",),
-    )
-
-
-ENGINES: dict[str, Callable[[ModelSpec, DeploymentRequest, GpuSpec, str], Capacity]] = {
-    "vllm": _vllm,
-    "sglang": _sglang,
-    "tgi": _tgi,
-}
-
-
-def _fix(model: ModelSpec, req: DeploymentRequest, gpu: GpuSpec, version: str, cap: Capacity, margin: float) -> str | None:
-    """The smallest single change that makes the deployment fit with `margin`, tried from least to most costly."""
-    engine = ENGINES[req.engine]
-
-    def works(changed: DeploymentRequest) -> bool:
-        try:
-            c = engine(model, changed, gpu, version)
-        except KvplanError:
-            return False
-        return c.fits and (c.margin or 0.0) >= margin
-
-    util = req.gpu_memory_utilization
-    if req.engine == "vllm" and (util is None or util < 0.95) and works(replace(req, gpu_memory_utilization=0.95)):
-        return "raise --gpu-memory-utilization to 0.95"
-    if (req.kv_cache_dtype or "auto") not in ("fp8", "fp8_e4m3", "fp8_e5m2") and works(replace(req, kv_cache_dtype="fp8")):
-        return "set --kv-cache-dtype fp8 (halves the KV bytes of a 16-bit cache)"
-    if works(replace(req, max_model_len=1)):
-        # The longest context that still fits with the margin: KV grows with max-model-len, so bisect.
-        lo, hi = 1, cap.max_model_len
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if works(replace(req, max_model_len=mid)) else (lo, mid - 1)
-        return f"lower --max-model-len to {lo} (from {cap.max_model_len})"
-    tp = req.tensor_parallel_size
-    for _ in range(4):
-        tp *= 2
-        gpus = max(req.num_gpus or 0, tp * req.pipeline_parallel_size)
-        if works(replace(req, tensor_parallel_size=tp, num_gpus=gpus)):
-            return f"use {tp * req.pipeline_parallel_size} GPUs (--tensor-parallel-size {tp})"
+def _int_flag(req: DeploymentRequest, *names: str) -> int | None:
+    for name in names:
+        value = req.flag(name)
+        if value is not None and value.strip().isdigit():
+            return int(value)
     return None
+
+
+def _bool_flag(req: DeploymentRequest, name: str) -> bool:
+    value = req.flag(name)
+    return value is not None and value.strip().lower() not in ("false", "0", "no", "off")
+
+
+def _engine_options(req: DeploymentRequest, vllm_version: str) -> Any:
+    builders: dict[str, Callable[[], Any]] = {
+        "vllm": lambda: VllmOptions(
+            version=vllm_version,
+            gpu_memory_utilization=req.gpu_memory_utilization,
+            block_size=req.block_size,
+            max_num_seqs=req.max_num_seqs if req.source_format != "kvplan" else None,
+            max_num_batched_tokens=req.max_num_batched_tokens,
+            enable_prefix_caching=req.enable_prefix_caching is not False,
+        ),
+        "sglang": lambda: SglangOptions(
+            mem_fraction_static=req.gpu_memory_utilization,
+            page_size=req.block_size,
+            max_running_requests=req.max_num_seqs,
+            chunked_prefill_size=req.max_num_batched_tokens,
+        ),
+        "tgi": lambda: TgiOptions(
+            cuda_memory_fraction=req.gpu_memory_utilization or 1.0,
+            max_batch_size=req.max_num_seqs,
+        ),
+    }
+    return builders[req.engine]()
+
+
+def to_deployment(req: DeploymentRequest, *, offline: bool, vllm_version: str) -> Deployment:
+    """The deployment a request describes (raises KvplanError for what cannot be resolved)."""
+    gpu = find_gpu(req.gpu or "")
+    model = resolve_model(req.model or "", offline=offline, prefer_library=True).model
+    dp = _int_flag(req, "data-parallel-size", "dp", "dp-size") or 1
+    parallelism = Parallelism(
+        tp=req.tensor_parallel_size,
+        pp=req.pipeline_parallel_size,
+        dp=dp,
+        dp_attention=_bool_flag(req, "enable-dp-attention"),
+        expert_parallel=_bool_flag(req, "enable-expert-parallel"),
+        ep_size=_int_flag(req, "ep-size", "expert-parallel-size"),
+    )
+    offload = req.flag("cpu-offload-gb")
+    weights = WeightsChoice(
+        dtype=None if req.dtype in (None, "auto") else req.dtype,
+        quantization=req.quantization if req.engine == "tgi" else None,
+        cpu_offload_bytes=round(float(offload) * GiB) if offload and offload.replace(".", "", 1).isdigit() else 0,
+    )
+    engine = get_engine(req.engine)
+    per_instance = engine.gpus_per_instance(parallelism)
+    return Deployment(
+        model=model,
+        gpu=gpu,
+        engine=_engine_options(req, vllm_version),
+        workload=Workload(max_model_len=req.max_model_len, concurrency=required_requests(req)),
+        parallelism=parallelism,
+        weights=weights,
+        kv_cache_dtype=req.kv_cache_dtype or "auto",
+        instances=max(1, (req.num_gpus or per_instance) // per_instance),
+    )
+
+
+def _margin(v: Verdict) -> float | None:
+    budget, needed = v.kv_budget_bytes, v.kv_needed_bytes
+    if not budget or needed is None:
+        return None
+    return (budget - needed) / budget
 
 
 def evaluate(
@@ -199,40 +126,46 @@ def evaluate(
     if req.unresolved:
         why = "; ".join(f"{u.field}: {u.reason} ({u.how_to_fix})" for u in req.unresolved)
         return CheckResult(req, CANNOT_EVALUATE, reason=why)
-    if req.engine not in ENGINES:
+    if req.engine not in CHECKED_ENGINES or req.engine not in ENGINES:
         return CheckResult(req, CANNOT_EVALUATE, reason=f"engine '{req.engine}' has no capacity model in kvplan")
-    per_replica = req.tensor_parallel_size * req.pipeline_parallel_size
-    if req.num_gpus is not None and req.num_gpus < per_replica:
-        return CheckResult(
-            req,
-            DOES_NOT_FIT,
-            reason=f"tp x pp = {per_replica} GPUs but only {req.num_gpus} requested: the engine will not start",
-            fix=f"request {per_replica} GPUs (nvidia.com/gpu: {per_replica})",
-        )
     try:
-        gpu = find_gpu(req.gpu or "")
-        model = resolve_model(req.model or "", offline=offline, prefer_library=True).model
-        cap = ENGINES[req.engine](model, req, gpu, vllm_version)
+        d = to_deployment(req, offline=offline, vllm_version=vllm_version)
     except KvplanError as exc:
         return CheckResult(req, CANNOT_EVALUATE, reason=exc.message)
-
-    margin_needed = max(m for m in (min_margin, req.min_margin, 0.0) if m is not None)
-    verdict = FITS if cap.fits else DOES_NOT_FIT
-    reason = None
-    if not cap.fits:
-        reason = cap.startup_error or (
-            f"{_required_requests(req)} requests of {cap.max_model_len:,} tokens need {fmt_gib(cap.needed_bytes)} "
-            f"of KV, {fmt_gib(cap.available_bytes)} is available"
+    engine = get_engine(req.engine)
+    per_instance = engine.gpus_per_instance(d.parallelism)
+    if req.num_gpus is not None and req.num_gpus < per_instance:
+        p = d.parallelism
+        return CheckResult(
+            req, DOES_NOT_FIT,
+            reason=(f"the parallelism needs {per_instance} GPUs (tp {p.tp} x pp {p.pp}"
+                    + (f" x dp {p.dp}" if per_instance != p.tp * p.pp else "")
+                    + f") but only {req.num_gpus} are requested: the engine will not start"),
+            fix=f"request {per_instance} GPUs (nvidia.com/gpu: {per_instance})",
+            reason_code="gpus",
         )
-    needs_fix = not cap.fits or (cap.margin or 0.0) < margin_needed
+    try:
+        v = plan(d)
+    except KvplanError as exc:
+        return CheckResult(req, CANNOT_EVALUATE, reason=exc.message)
+    margin_needed = max(m for m in (min_margin, req.min_margin, 0.0) if m is not None)
+    margin = _margin(v)
+    why = reason_of(v)
+    fixes = ()
+    if not v.fits or (margin or 0.0) < margin_needed:
+        fixes = find_fixes(d, v, accept=lambda t: (_margin(t) or 0.0) >= margin_needed)
     return CheckResult(
         req,
-        verdict,
-        kv_needed_bytes=cap.needed_bytes,
-        kv_available_bytes=cap.available_bytes,
-        max_concurrency=round(cap.max_concurrency, 2),
-        margin=None if cap.margin is None else round(cap.margin, 4),
-        reason=reason,
-        fix=_fix(model, req, gpu, vllm_version, cap, margin_needed) if needs_fix else None,
-        engine_lines=cap.engine_lines,
+        FITS if v.fits else DOES_NOT_FIT,
+        kv_needed_bytes=v.kv_needed_bytes,
+        kv_available_bytes=v.kv_budget_bytes,
+        max_concurrency=round(v.max_concurrency, 2),
+        margin=None if margin is None else round(margin, 4),
+        reason=None if why is None else why["message"],
+        fix=fix_text(req, fixes[0]) if fixes else None,
+        engine_lines=v.account.log_lines,
+        reason_code=None if why is None else why["code"],
+        max_requests=v.max_requests,
+        figures=verdict_to_dict(v),
+        fixes=tuple(fix_text(req, f) for f in fixes),
     )

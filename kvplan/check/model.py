@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # Verdicts, in the order a reader cares about them.
 FITS = "fits"
@@ -81,6 +82,10 @@ class CheckResult:
     reason: str | None = None
     fix: str | None = None
     engine_lines: tuple[str, ...] = ()
+    reason_code: str | None = None  # stable code of `reason` (kvplan.engines.base.REFUSAL_CODES, kv_cache, ...)
+    max_requests: int | None = None  # whole requests held and run at once, every replica
+    figures: dict[str, Any] | None = None  # the planner's verdict as data (kvplan.planner.serialize)
+    fixes: tuple[str, ...] = ()  # every verified fix, best first (`fix` is the first)
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:

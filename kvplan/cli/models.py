@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.padding import Padding
+from rich.text import Text
 
 from kvplan.capacity.weights import estimate_weights
 from kvplan.cli.output import Output
@@ -106,25 +107,17 @@ def models_command(
 
 
 def render_models(rows: list[ModelRow], console: Console) -> None:
-    t = Table(title=f"Model library ({len(rows)} model{'' if len(rows) == 1 else 's'}; KV and weights at the served dtype, tp=1)")
-    for col in ("model", "family", "layer kinds", "layers", "KV heads", "KV/token", "state/req", "params",
-                "weights", "max context"):
-        right = col in ("layers", "KV/token", "state/req", "params", "weights", "max context")
-        t.add_column(col, justify="right" if right else "left")
+    """Each model on its own line, its figures indented below: long ids are never cut at 80 columns."""
+    console.print(Text(f"Model library: {len(rows)} model{'' if len(rows) == 1 else 's'} (KV and weights at the "
+                       "served dtype, tp 1)", style="bold"))
     for r in rows:
-        kinds = ", ".join(f"{k} {n}" for k, n in r.kinds.items())
-        heads = "-" if not r.kv_heads else "/".join(str(h) for h in r.kv_heads)
+        kinds = ", ".join(f"{n} {k}" for k, n in r.kinds.items())
+        heads = "" if not r.kv_heads else f"; {'/'.join(str(h) for h in r.kv_heads)} KV heads"
         weights = fmt_bytes(r.weight_bytes) + (f" ({r.quantization})" if r.quantization else "")
-        t.add_row(
-            r.name,
-            r.family,
-            kinds,
-            str(r.layers),
-            heads,
-            f"{r.kv_bytes_per_token:,} B",
-            fmt_bytes(r.state_bytes_per_request) if r.state_bytes_per_request else "-",
-            f"{r.params / 1e9:,.2f} bn",
-            weights,
-            f"{r.max_context_tokens:,}" if r.max_context_tokens else "-",
-        )
-    console.print(t)
+        state = f", + {fmt_bytes(r.state_bytes_per_request)} state/request" if r.state_bytes_per_request else ""
+        context = f"{r.max_context_tokens:,}" if r.max_context_tokens else "-"
+        console.print(Text(r.name, style="bold"))
+        console.print(Padding(Text(f"{r.family}, {r.layers} layers: {kinds}{heads}"), (0, 0, 0, 4)))
+        console.print(Padding(Text(
+            f"KV {r.kv_bytes_per_token:,} B/token{state}; weights {weights}, {r.params / 1e9:,.2f}B params; "
+            f"context {context}"), (0, 0, 0, 4)))

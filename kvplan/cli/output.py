@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import traceback
 from collections.abc import Callable
@@ -29,9 +30,14 @@ def stderr_console() -> Console:
     return Console(file=sys.stderr, highlight=False, soft_wrap=True, width=_width())
 
 
-def _width() -> int | None:
-    # Wide enough for the tables when output is piped (CI logs, README captures).
-    return None if sys.stdout.isatty() else 160
+def _width() -> int:
+    """COLUMNS when set, else the terminal's width, else 80 (a pipe, a CI log)."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and 20 <= int(columns) <= 1000:
+        return int(columns)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((80, 24)).columns
+    return 80
 
 
 @dataclass
@@ -42,8 +48,12 @@ class Output:
         """Print a command's result: the JSON document, or the human rendering of the same data."""
         if self.json_mode:
             sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
-        else:
-            render(stdout_console())
+            return
+        console = stdout_console()
+        with console.capture() as captured:
+            render(console)
+        # Tables pad their last column with spaces; a pasted or diffed report should carry none.
+        sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
     @staticmethod
     def notice(message: str) -> None:

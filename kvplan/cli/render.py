@@ -1,353 +1,242 @@
-"""Plans as data (the --json document) and as rich tables (the same data, for people)."""
+"""Estimate results for people: the verdict first, then the figures behind it, within 80 columns.
+
+Values that come from a config or a file are printed as plain text (never as rich markup).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
-from kvplan.capacity.plan import GpuFit, Plan, requests_phrase
+from kvplan.api import EstimateResult, GpuResult
+from kvplan.capacity.kv import KvEstimate
+from kvplan.cli.flags import change_flags
 from kvplan.hardware.gpus import GpuSpec
+from kvplan.planner.serialize import reason
+from kvplan.planner.verdict import Verdict
 from kvplan.units import GiB, fmt_bytes
 
-
-def _gib(n: int) -> str:
-    return f"{n / GiB:,.2f} GiB"
-
-
-def engine_to_dict(detail: object) -> dict[str, Any] | None:
-    """An engine model's report as plain data (kvplan.engines); None for the generic budget."""
-    from kvplan.engines.sglang import SglangReport
-    from kvplan.engines.transformers import HfCacheEstimate
-    from kvplan.engines.vllm import VllmReport
-
-    if isinstance(detail, VllmReport):
-        f = detail.flags
-        return {
-            "engine": "vllm",
-            "vllm_version": f.version,
-            "flags": {
-                "max_model_len": f.max_model_len,
-                "gpu_memory_utilization": f.gpu_memory_utilization,
-                "kv_cache_dtype": f.kv_cache_dtype.name,
-                "block_size": f.block_size,
-                "max_num_seqs": f.max_num_seqs,
-                "max_num_batched_tokens": f.max_num_batched_tokens,
-                "tensor_parallel_size": f.tp,
-                "pipeline_parallel_size": f.pp,
-                "dtype": f.dtype,
-                "enable_prefix_caching": f.enable_prefix_caching,
-                "kv_cache_memory_bytes": f.kv_cache_memory_bytes,
-            },
-            "total_memory_bytes": detail.total_memory_bytes,
-            "requested_bytes": detail.requested_bytes,
-            "cudagraph_bytes": detail.cudagraph_bytes,
-            "stages": [
-                {
-                    "stage": s.memory.stage,
-                    "layers": s.memory.layers,
-                    "weights_bytes": s.memory.weights_bytes,
-                    "rotary_cache_bytes": s.memory.rotary_cache_bytes,
-                    "activation_peak_bytes": s.memory.activation_peak_bytes,
-                    "non_torch_bytes": s.memory.non_torch_bytes,
-                    "available_kv_cache_bytes": s.available_kv_bytes,
-                    "kv_cache_groups": [
-                        {"kind": g.kind, "layers": g.layers, "window_tokens": g.window_tokens} for g in s.layout.groups
-                    ],
-                    "group_size": s.layout.group_size,
-                    "page_bytes": s.layout.page_bytes,
-                    "bytes_per_block": s.layout.bytes_per_block,
-                    "num_blocks": s.num_blocks,
-                }
-                for s in detail.stages
-            ],
-            "limiting_stage": detail.limiting_stage,
-            "available_kv_cache_bytes": detail.available_kv_cache_bytes,
-            "block_size": detail.stages[detail.limiting_stage].layout.block_size,
-            "num_gpu_blocks": detail.num_blocks,
-            "usable_blocks": detail.usable_blocks,
-            "blocks_per_request": detail.blocks_per_request,
-            "kv_cache_tokens": detail.kv_cache_tokens,
-            "max_concurrency": round(detail.max_concurrency, 4),
-            "max_running_requests": detail.max_running_requests,
-            "max_model_len_fit": detail.max_model_len_fit,
-            "startup_error": detail.startup_error,
-            "log_lines": list(detail.log_lines),
-        }
-    if isinstance(detail, SglangReport):
-        return {
-            "engine": "sglang",
-            "mem_fraction_static": detail.mem_fraction_static,
-            "page_size": detail.page_size,
-            "free_before_load_bytes": detail.free_before_load_bytes,
-            "weights_bytes": detail.weights_bytes,
-            "available_kv_cache_bytes": detail.available_kv_bytes,
-            "cell_size_bytes": detail.cell_size_bytes,
-            "swa_cell_size_bytes": detail.swa_cell_size_bytes,
-            "max_total_num_tokens": detail.max_total_num_tokens,
-            "swa_max_total_num_tokens": detail.swa_max_total_num_tokens,
-        }
-    if isinstance(detail, HfCacheEstimate):
-        return {
-            "engine": "transformers",
-            "cache": detail.cache,
-            "dtype": detail.dtype,
-            "total_bytes": detail.total_bytes,
-            "layers": [{"layer": x.layer, "kind": x.kind, "tokens": x.tokens, "bytes": x.bytes} for x in detail.layers],
-        }
-    return None
+_KIND_NAMES = {
+    "full_attention": "full attention",
+    "sliding_window": "sliding window",
+    "chunked_local": "chunked local",
+    "mla": "MLA latent",
+    "mamba": "Mamba state",
+    "linear_attention": "linear-attention state",
+    "shared_kv": "shared KV",
+    "none": "no cache",
+}
 
 
-def _headline(f: GpuFit, seq_tokens: int) -> dict[str, Any]:
-    """The three figures scripts read at the top level: KV memory, KV tokens, concurrency (engine terms)."""
-    e = engine_to_dict(f.engine) if f.engine is not None else None
-    if e and e["engine"] == "vllm":
-        return {"available_kv_cache_bytes": e["available_kv_cache_bytes"], "kv_cache_tokens": e["kv_cache_tokens"],
-                "max_concurrency": e["max_concurrency"]}
-    if e and e["engine"] == "sglang":
-        return {"available_kv_cache_bytes": e["available_kv_cache_bytes"], "kv_cache_tokens": e["max_total_num_tokens"],
-                "max_concurrency": round(e["max_total_num_tokens"] / seq_tokens, 4)}
-    return {"available_kv_cache_bytes": f.kv_budget_bytes, "kv_cache_tokens": None, "max_concurrency": f.max_concurrency}
+_TERM_NAMES = {
+    "weights": "weights",
+    "activation_peak": "activation peak",
+    "non_torch": "non-torch",
+    "cuda_graphs": "CUDA graphs",
+    "reserved": "reserved",
+    "overhead": "overhead",
+    "context": "CUDA context",
+    "pinned": "pinned",
+}
 
 
-def fit_to_dict(f: GpuFit) -> dict[str, Any]:
-    return {
-        "gpu": f.gpu.key,
-        "gpu_name": f.gpu.display_name,
-        "total_memory_bytes": f.total_memory_bytes,
-        "memory_source": f.gpu.memory_source,
-        "requested_bytes": f.requested_bytes,
-        "weights_per_gpu_bytes": f.weights_per_gpu_bytes,
-        "overhead_bytes": f.overhead_bytes,
-        "kv_budget_bytes": f.kv_budget_bytes,
-        "kv_needed_bytes": f.kv_needed_bytes,
-        "headroom_bytes": f.headroom_bytes,
-        "fits": f.fits,
-        "max_concurrency": f.max_concurrency,
-        "max_seq_tokens": f.max_seq_tokens,
-        "suggestions": [{"change": s.change, "effect": s.effect} for s in f.suggestions],
-        "engine": engine_to_dict(f.engine) if f.engine is not None else None,
-    }
+def _indent(r: RenderableType, by: int = 2) -> Padding:
+    """Indented, with wrapped lines kept under the first (a hanging indent for long log lines)."""
+    return Padding(r, (0, 0, 0, by))
 
 
-def plan_to_dict(p: Plan, *, gpu_named: bool) -> dict[str, Any]:
-    m, r, kv, w = p.model, p.request, p.kv, p.weights
-    # Top-level engine figures describe the named GPU; with no GPU named they are null (see "gpus").
-    head = _headline(p.fits[0], r.seq_tokens) if gpu_named and p.fits else dict.fromkeys(
-        ("available_kv_cache_bytes", "kv_cache_tokens", "max_concurrency"))
-    return {
-        "engine": p.engine,
-        **head,
-        "model": {
-            "name": m.name,
-            "source": m.source,
-            "model_type": m.model_type,
-            "family": m.family,
-            "architecture": m.architecture,
-            "num_layers": m.num_layers,
-            "layer_kinds": m.layer_kinds(),
-            "config_dtype": m.config_dtype,
-            "dtype": p.dtype,
-            "num_params": m.num_params,
-            "max_position_embeddings": m.max_position_embeddings,
-        },
-        "request": {
-            "seq_tokens": r.seq_tokens,
-            "batch": r.batch,
-            "kv_cache_dtype": p.kv_dtype.name,
-            "block_size": r.block_size,
-            "tp": r.tp,
-            "pp": r.pp,
-            "num_gpus": r.num_gpus or r.tp * r.pp,
-            "shared_prefix_tokens": r.shared_prefix_tokens,
-            "gpu_memory_utilization": r.gpu_memory_utilization,
-        },
-        "kv": {
-            "dtype": p.kv_dtype.name,
-            "scales": p.kv_dtype.scales_note,
-            "model_bytes_per_token": kv.model_bytes_per_token,
-            "model_bytes_per_request": kv.model_contiguous_bytes_per_request,
-            "model_batch_bytes": kv.model_batch_contiguous_bytes,
-            "model_state_bytes_per_request": kv.model_state_bytes_per_request,
-            "per_gpu": {
-                "bytes_per_token": kv.bytes_per_token,
-                "contiguous_bytes_per_request": kv.contiguous_bytes_per_request,
-                "paged_bytes_per_request": kv.paged_bytes_per_request,
-                "paging_overhead_bytes_per_request": kv.paging_overhead_bytes_per_request,
-                "state_bytes_per_request": kv.state_bytes_per_request,
-                "batch_contiguous_bytes": kv.batch_contiguous_bytes,
-                "batch_paged_bytes": kv.batch_paged_bytes,
-                "shared_prefix_saving_bytes": kv.shared_prefix_saving_bytes,
-                "stage_layer_counts": list(kv.stage_layer_counts),
-                "fullest_stage": kv.fullest_stage,
-            },
-            "by_kind": [
-                {
-                    "kind": k.kind,
-                    "layers": k.layers,
-                    "bytes_per_token": k.bytes_per_token,
-                    "resident_tokens": k.resident_tokens,
-                    "contiguous_bytes_per_request": k.contiguous_bytes,
-                    "paged_bytes_per_request": k.paged_bytes,
-                    "state_bytes_per_request": k.state_bytes,
-                }
-                for k in kv.kinds
-            ],
-        },
-        "weights": {
-            "num_params": w.num_params,
-            "total_bytes": w.total_bytes,
-            "per_gpu_bytes": w.per_gpu_bytes,
-            "source": w.source,
-            "groups": [{"name": n, "params": c, "bytes": b} for n, c, b in w.groups],
-        },
-        "gpu_named": gpu_named,
-        "gpus": [fit_to_dict(f) for f in p.fits],
-        "fits": (p.fits[0].fits if gpu_named and p.fits else None),
-        "notes": list(p.notes),
-    }
+def _gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / GiB:,.2f} GiB"
 
 
-def render_plan(p: Plan, console: Console, *, gpu_named: bool) -> None:
-    m, r, kv, w = p.model, p.request, p.kv, p.weights
-    kinds = ", ".join(f"{n} {k}" for k, n in m.layer_kinds().items())
-    console.print(f"[bold]{m.name}[/bold]  ({m.family}, {m.num_layers} layers: {kinds}; {m.num_params / 1e9:,.2f}B params)")
-    console.print(f"  source: {m.source}")
-    shard = "" if r.tp == 1 and r.pp == 1 else f", tp={r.tp} pp={r.pp}"
-    console.print(
-        f"  request: {r.seq_tokens:,} tokens x {requests_phrase(r.batch)}, KV {p.kv_dtype.name}, weights {p.dtype}, "
-        f"block {r.block_size}{shard}"
-    )
-    summary = Table(show_header=False, box=None, pad_edge=False)
-    summary.add_column(style="bold")
-    summary.add_column(justify="right")
-    summary.add_column()
-    summary.add_row("KV per token", fmt_bytes(kv.model_bytes_per_token), "all layers, whole model")
-    summary.add_row("KV per request", _gib(kv.model_contiguous_bytes_per_request), f"at {r.seq_tokens:,} tokens")
-    summary.add_row("KV for the batch", _gib(kv.model_batch_contiguous_bytes), f"{requests_phrase(r.batch)}, contiguous")
-    if r.tp * r.pp > 1:
-        summary.add_row("KV per GPU", _gib(kv.batch_paged_bytes), f"paged, fullest of {r.tp * r.pp} GPUs")
+def _requests(n: int) -> str:
+    return f"{n:,} request" if n == 1 else f"{n:,} requests"
+
+
+def _engine_name(v: Verdict) -> str:
+    from kvplan.engines import get_engine
+
+    label = get_engine(v.account.engine).label
+    return f"{label} {v.account.version}" if v.account.version else label
+
+
+def best_fix_text(g: GpuResult) -> str:
+    if not g.fixes:
+        return ""
+    f = g.fixes[0]
+    gpus = f.verdict.total_gpus
+    return f"{change_flags(f.changes, f.verdict.gpus_per_instance)} (fits on {gpus} GPU{'s' if gpus > 1 else ''})"
+
+
+def verdict_line(r: EstimateResult, g: GpuResult) -> Text:
+    """The first line: verdict, what limits it, the best fix."""
+    v = g.verdict
+    d = v.deployment
+    where = f" on {d.gpu.key} with {_engine_name(v)}"
+    load = f"{_requests(d.workload.concurrency)} of {d.max_model_len:,} tokens"
+    if v.fits:
+        text = Text("FITS", style="bold green")
+        body = (f"{where}: {load} need {_gib(v.kv_needed_bytes)} of {_gib(v.kv_budget_bytes)} of KV; "
+                f"up to {v.max_requests:,} at once.")
     else:
-        summary.add_row("KV paged", _gib(kv.batch_paged_bytes), f"blocks of {r.block_size}")
-    summary.add_row("Weights", *_weights_row(p))
-    console.print(summary)
-
-    if p.fits:
-        console.print(_fit_table(p, gpu_named))
-        for f in p.fits if gpu_named else ():
-            verdict = "[green]FITS[/green]" if f.fits else "[red]DOES NOT FIT[/red]"
-            console.print(
-                f"Verdict on {f.gpu.key}: {verdict}: {r.batch} x {r.seq_tokens:,} tokens need {_gib(f.kv_needed_bytes)} "
-                f"of KV per GPU; {_gib(f.kv_budget_bytes)} is free for KV. Max concurrency {f.max_concurrency} at "
-                f"{r.seq_tokens:,} tokens; longest context for {requests_phrase(r.batch)}: {f.max_seq_tokens:,} tokens."
-            )
-            for s in f.suggestions:
-                console.print(f"  try {s.change}: {s.effect}")
-            _render_engine(f, console)
-
-    console.print(_kind_table(p))
-    if kv.paging_overhead_bytes_per_request:
-        console.print(
-            f"Paging rounds each request up to whole {r.block_size}-token blocks: "
-            f"+{fmt_bytes(kv.paging_overhead_bytes_per_request)} per request per GPU."
-        )
-    if kv.shared_prefix_saving_bytes:
-        console.print(f"Shared prefix of {r.shared_prefix_tokens:,} tokens stored once saves {_gib(kv.shared_prefix_saving_bytes)} per GPU.")
-    if p.kv_dtype.scale_bytes or p.kv_dtype.bits == 8:
-        console.print(f"KV dtype {p.kv_dtype.name}: {p.kv_dtype.scales_note}.")
-    for note in p.notes:
-        console.print(f"[dim]note: {note}[/dim]")
+        text = Text("DOES NOT FIT", style="bold red")
+        why = reason(v)
+        body = f"{where}: {load}. {why['message'].rstrip('.') + '.' if why else ''}"
+        if v.limit == "kv_cache":
+            body = (f"{where}: {load} need {_gib(v.kv_needed_bytes)} of KV; {_gib(v.kv_budget_bytes)} is free "
+                    f"(up to {_requests(v.max_requests)} at once).")
+        fix = best_fix_text(g)
+        if fix:
+            body += f" Best fix: {fix}."
+    text.append(body)
+    return text
 
 
-def _weights_row(p: Plan) -> tuple[str, str]:
-    """The summary's weights figure: the engine's own per-GPU load when an engine model ran (what the fit
-    table subtracts), else the checkpoint size and its share per GPU."""
-    from kvplan.engines.sglang import SglangReport
-    from kvplan.engines.vllm import VllmReport
+def _side_by_side_line(r: EstimateResult) -> Text:
+    fit = [g.verdict.deployment.gpu.key for g in r.results if g.verdict.fits]
+    not_fit = [g.verdict.deployment.gpu.key for g in r.results if not g.verdict.fits]
+    text = Text("No GPU named: ", style="bold")
+    text.append(f"fits on {', '.join(fit) if fit else 'none of the common cards'}")
+    if not_fit and fit:
+        text.append(f"; not on {', '.join(not_fit)}")
+    refusals = {g.verdict.account.refusal.message for g in r.results if g.verdict.account.refusal}
+    if len(refusals) == 1 and not fit:
+        text.append(f": {refusals.pop().rstrip('.')}")
+    text.append(". Name one with --gpu for its account and fixes.")
+    return text
 
-    w, r = p.weights, p.request
-    d = p.fits[0].engine if p.fits else None
-    sharded = r.tp * r.pp > 1
-    where = "per GPU (fullest rank)" if sharded else "on the GPU"
-    if isinstance(d, VllmReport):
-        rank = d.stages[d.limiting_stage].memory
-        per_gpu, loads = rank.weights_bytes, f"vLLM loads {_gib(rank.weights_bytes)} {where}: parameters"
-        if rank.rotary_cache_bytes:
-            loads += f" + {fmt_bytes(rank.rotary_cache_bytes)} rotary cos/sin cache"
-    elif isinstance(d, SglangReport):
-        per_gpu, loads = d.weights_bytes, f"SGLang loads {_gib(d.weights_bytes)} {where}: parameters + rotary cache"
+
+def _kv_rows(kv: KvEstimate) -> list[tuple[str, str, str]]:
+    """Engine-neutral KV: one per-token figure for a uniform model, per kind for windowed and hybrid ones."""
+    req = kv.request
+    rows = []
+    uniform = len(kv.kinds) == 1 and kv.kinds[0].resident_tokens == req.seq_tokens
+    if uniform:
+        k = kv.kinds[0]
+        rows.append(("per token", fmt_bytes(kv.model_bytes_per_token), f"{k.layers} {_KIND_NAMES[k.kind]} layers"))
     else:
-        return _gib(w.total_bytes), f"{w.source}; {_gib(w.per_gpu_bytes)} per GPU"
-    split = "; split over ranks as kvplan's parameter groups split (approximate)"
-    measured_split = split if r.weights_bytes is not None and sharded else ""
-    return _gib(per_gpu), f"{loads}; checkpoint {_gib(w.total_bytes)} from {w.source}{measured_split}"
+        for k in kv.kinds:
+            name = f"{_KIND_NAMES[k.kind]}, {k.layers} layers"
+            if k.state_bytes:
+                rows.append((name, fmt_bytes(k.state_bytes), "per request, any length (per GPU)"))
+            elif k.resident_tokens < req.seq_tokens:
+                rows.append((name, f"{k.bytes_per_token:,} B", f"per token, {k.resident_tokens:,} kept (per GPU)"))
+            else:
+                rows.append((name, f"{k.bytes_per_token:,} B", "per token, all kept (per GPU)"))
+    rows.append(("per request", _gib(kv.model_contiguous_bytes_per_request), f"{req.seq_tokens:,} tokens"))
+    rows.append((_requests(req.batch), _gib(kv.model_batch_contiguous_bytes), "contiguous, no paging"))
+    return rows
 
 
-def _render_engine(f: GpuFit, console: Console) -> None:
-    """What the engine itself would say on this GPU: vLLM's start-up lines, SGLang's token pool."""
-    from kvplan.engines.sglang import SglangReport
-    from kvplan.engines.vllm import VllmReport
-
-    d = f.engine
-    if isinstance(d, VllmReport):
-        console.print(f"vLLM ({d.flags.version}) would log on {f.gpu.key}:")
-        for line in d.log_lines:
-            console.print(f"  {line}", markup=False)
-        if d.startup_error is None:
-            console.print(
-                f"  ({d.num_blocks:,} blocks of {d.stages[d.limiting_stage].layout.block_size} tokens incl. the null "
-                f"block; {d.max_running_requests:,} requests run at once, max_num_seqs {d.flags.max_num_seqs:,})",
-                markup=False,
-            )
-        elif d.max_model_len_fit:
-            console.print(f"  try --max-model-len {d.max_model_len_fit}", markup=False)
-    elif isinstance(d, SglangReport):
-        console.print(
-            f"SGLang on {f.gpu.key}: max_total_num_tokens={d.max_total_num_tokens:,} "
-            f"(mem_fraction_static {d.mem_fraction_static}, page size {d.page_size})"
-            + (f", sliding-window pool {d.swa_max_total_num_tokens:,} tokens" if d.swa_cell_size_bytes else ""),
-            markup=False,
-        )
-
-
-def _fit_table(p: Plan, gpu_named: bool) -> Table:
-    t = Table(title=None if gpu_named else "No GPU named: the common cards side by side")
-    for col in ("GPU", "memory", "x util", "weights/GPU", "overhead", "KV budget", "KV needed", "fits", "max conc.", "max seq"):
-        t.add_column(col, justify="left" if col == "GPU" else "right")
-    for f in p.fits:
-        t.add_row(
-            f.gpu.key,
-            _gib(f.total_memory_bytes),
-            _gib(f.requested_bytes),
-            _gib(f.weights_per_gpu_bytes),
-            _gib(f.overhead_bytes),
-            _gib(f.kv_budget_bytes),
-            _gib(f.kv_needed_bytes),
-            "yes" if f.fits else "no",
-            f"{f.max_concurrency:,}",
-            f"{f.max_seq_tokens:,}",
-        )
+def _account_table(v: Verdict) -> Table:
+    a = v.account
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column()
+    t.add_column(justify="right")
+    t.add_column()
+    if a.requested_bytes:
+        t.add_row("usable", _gib(a.requested_bytes), "what the engine lets itself use")
+    for term in a.terms:
+        t.add_row(f"- {_TERM_NAMES.get(term.name, term.name)}", _gib(term.bytes), term.label)
+    t.add_row("= KV memory", _gib(a.kv_budget_bytes), "")
+    for u in v.pools:
+        p = u.pool
+        unit = f"{p.unit}s"
+        t.add_row(p.name, f"{p.budget_units:,}", f"{unit} usable, {p.unit_bytes:,} B each")
+        t.add_row("  needed", f"{u.needed_units:,}",
+                  f"{unit} for {_requests(v.requests_per_cache)} ({p.per_request_units:,} each"
+                  + (f", {p.shared_prefix_units:,} shared)" if p.shared_prefix_units else ")"))
+    if a.refusal is not None:
+        t.add_row("max requests", "0", f"{_engine_name(v)} would not start")
+    else:
+        t.add_row("max requests", f"{v.max_requests:,}",
+                  f"at once (engine figure {v.max_concurrency:,.2f}x" + (
+                      f", cap {a.request_cap:,}" if a.request_cap else "") + ")")
+    if v.longest_context_tokens is not None:
+        t.add_row("longest context", f"{v.longest_context_tokens:,}",
+                  f"tokens for {_requests(v.deployment.workload.concurrency)}")
     return t
 
 
-def _kind_table(p: Plan) -> Table:
-    kv, r = p.kv, p.request
-    where = "per GPU" if r.tp * r.pp > 1 else "whole model"
-    t = Table(title=f"KV by layer kind ({where}, one request of {r.seq_tokens:,} tokens)")
-    for col in ("kind", "layers", "bytes/token", "resident tokens", "contiguous", "paged", "state"):
-        t.add_column(col, justify="left" if col == "kind" else "right")
-    for k in kv.kinds:
-        t.add_row(
-            k.kind,
-            str(k.layers),
-            f"{k.bytes_per_token:,}",
-            f"{k.resident_tokens:,}",
-            fmt_bytes(k.contiguous_bytes),
-            fmt_bytes(k.paged_bytes),
-            fmt_bytes(k.state_bytes),
-        )
+def _fixes_table(g: GpuResult) -> Table:
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column()
+    t.add_column()
+    for f in g.fixes:
+        gpus = f.verdict.total_gpus
+        effect = f"{gpus} GPU{'s' if gpus > 1 else ''}, up to {f.verdict.max_requests:,} at once"
+        if not f.keeps_workload:
+            effect += " (a smaller workload)"
+        t.add_row(change_flags(f.changes, f.verdict.gpus_per_instance), effect)
     return t
+
+
+def _side_by_side(r: EstimateResult) -> Table:
+    t = Table(box=None, pad_edge=False)
+    for col, right in (("GPU", False), ("KV free", True), ("KV need", True), ("fits", False),
+                       ("max req", True), ("longest", True)):
+        t.add_column(col, justify="right" if right else "left")
+    for g in r.results:
+        v = g.verdict
+        t.add_row(v.deployment.gpu.key, _gib(v.kv_budget_bytes), _gib(v.kv_needed_bytes),
+                  "yes" if v.fits else "no", f"{v.max_requests:,}",
+                  "-" if v.longest_context_tokens is None else f"{v.longest_context_tokens:,}")
+    return t
+
+
+def render_estimate(r: EstimateResult, console: Console) -> None:
+    m, req = r.model, r.request
+    named = r.gpu_named
+    for g in r.results if named else ():
+        console.print(verdict_line(r, g))
+    if not named:
+        console.print(_side_by_side_line(r))
+    console.print()
+    kinds = ", ".join(f"{n} {_KIND_NAMES.get(k, k)}" for k, n in m.layer_kinds().items())
+    console.print(Text(f"{m.name}: {m.family}, {m.num_layers} layers ({kinds}), {m.num_params / 1e9:,.2f}B params"))
+    console.print(Text(f"  from {m.source}", style="dim"))
+    p = req.parallelism
+    shard = ", ".join(f"{k} {v}" for k, v in (("tp", p.tp), ("pp", p.pp), ("dp", p.dp)) if v > 1)
+    console.print(Text(
+        f"  {r.results[0].verdict.deployment.max_model_len:,} tokens x {_requests(req.workload.concurrency)}, "
+        f"KV {r.kv.kv_dtype.name}, weights {r.checkpoint.source}" + (f", {shard}" if shard else "")
+    ))
+    console.print()
+    console.print(Text("KV cache, engine-neutral (tokens x bytes):", style="bold"))
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column()
+    t.add_column(justify="right")
+    t.add_column()
+    for row in _kv_rows(r.kv):
+        t.add_row(*row)
+    t.add_row("checkpoint", _gib(r.checkpoint.total_bytes), f"{r.checkpoint.num_params / 1e9:,.2f}B params")
+    console.print(_indent(t))
+    if not named:
+        console.print()
+        console.print(_indent(_side_by_side(r)))
+    for g in r.results if named else ():
+        v = g.verdict
+        console.print()
+        console.print(Text(f"On {v.deployment.gpu.key} ({_gib(v.account.total_memory_bytes)}), {_engine_name(v)}, "
+                           f"per GPU:", style="bold"))
+        console.print(_indent(_account_table(v)))
+        if v.account.log_lines:
+            console.print(Text(f"{_engine_name(v)} would log:", style="bold"))
+            for line in v.account.log_lines:
+                console.print(_indent(Text(line)))
+        if g.fixes:
+            console.print(Text("Fixes (each planned again):", style="bold"))
+            console.print(_indent(_fixes_table(g)))
+        if v.notes:
+            console.print(Text("Why these figures:", style="bold"))
+            for note in v.notes:
+                console.print(_indent(Text(f"- {note}")))
+    for note in m.notes:
+        console.print(Text(f"note: {note}", style="dim"))
 
 
 def gpus_to_dict(gpus: tuple[GpuSpec, ...]) -> dict[str, Any]:
@@ -370,10 +259,16 @@ def gpus_to_dict(gpus: tuple[GpuSpec, ...]) -> dict[str, Any]:
 
 
 def render_gpus(gpus: tuple[GpuSpec, ...], console: Console) -> None:
-    t = Table(title="GPU catalog (memory as CUDA reports it where sourced)")
-    for col in ("key", "name", "memory", "bytes", "figure", "bandwidth", "aliases"):
-        t.add_column(col, justify="right" if col in ("memory", "bytes") else "left")
+    """One line of figures per card, its name and aliases below: fits 80 columns, cuts nothing."""
+    console.print(Text("GPU catalog: total memory as CUDA reports it, where sourced", style="bold"))
+    t = Table(box=None, pad_edge=False)
+    for col, right in (("key", False), ("memory", True), ("bytes", True), ("figure", False), ("bandwidth", True)):
+        t.add_column(col, justify="right" if right else "left", no_wrap=True)
     for g in gpus:
         bw = f"{g.bandwidth_bytes_per_s / 1e12:g} TB/s" if g.bandwidth_bytes_per_s else "-"
-        t.add_row(g.key, g.display_name, _gib(g.total_memory_bytes), f"{g.total_memory_bytes:,}", g.memory_kind, bw, ", ".join(g.aliases[:4]))
+        t.add_row(g.key, _gib(g.total_memory_bytes), f"{g.total_memory_bytes:,}", g.memory_kind, bw)
     console.print(t)
+    console.print()
+    for g in gpus:
+        also = f"; also {', '.join(g.aliases)}" if g.aliases else ""
+        console.print(Text(f"{g.key}: {g.display_name}{also}"))

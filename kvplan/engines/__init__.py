@@ -1,3 +1,26 @@
-"""Engine models: how vLLM, SGLang and Transformers size memory and the KV cache, reproduced in pure Python."""
+"""The engine registry: every serving engine kvplan models, registered once; every command reads this table.
 
-ENGINES = ("vllm", "sglang", "transformers", "generic")
+To add an engine: a module with its options dataclass and an EngineModel (kvplan.engines.base), one line
+below, and its flag names in kvplan/cli/flags.py (estimate) and kvplan/check/flags.py (deployment files).
+"""
+
+from __future__ import annotations
+
+from kvplan.engines.base import EngineModel
+from kvplan.engines.generic import GenericEngine, TgiEngine
+from kvplan.engines.sglang import SglangEngine
+from kvplan.engines.transformers import TransformersEngine
+from kvplan.engines.vllm_engine import VllmEngine
+from kvplan.errors import FieldError
+
+ENGINES: dict[str, EngineModel] = {
+    e.name: e for e in (VllmEngine(), SglangEngine(), TransformersEngine(), GenericEngine(), TgiEngine())
+}
+
+
+def get_engine(name: str) -> EngineModel:
+    """The registered engine called `name`, or a FieldError listing them."""
+    try:
+        return ENGINES[name]
+    except KeyError:
+        raise FieldError("engine", f"must be one of {', '.join(ENGINES)}", name) from None

@@ -117,12 +117,23 @@ class EngineAccount:
     per_request_at: Callable[[int], tuple[int, ...]] | None = field(default=None, compare=False, repr=False)
 
 
+@dataclass(frozen=True)
+class Knobs:
+    """The engine options the fix-finder may turn, as deployment field names (None: the engine has none)."""
+
+    fp8_kv_dtype: str | None = None  # how the engine spells an 8-bit float KV cache
+    utilization: tuple[str, float] | None = None  # (field, the highest value worth suggesting)
+    request_cap: str | None = None  # the scheduler's limit on requests run at once
+    long_context: str | None = None  # a switch that lets max-model-len exceed the config's context
+
+
 class EngineModel(Protocol):
     """An engine as kvplan models it; registered once in kvplan.engines.ENGINES."""
 
     name: ClassVar[str]  # "vllm"
     label: ClassVar[str]  # "vLLM", for people
     options_type: ClassVar[type]  # its EngineOptions dataclass
+    knobs: ClassVar[Knobs]
 
     def gpus_per_instance(self, p: Parallelism) -> int:
         """GPUs one engine instance occupies under this parallelism."""

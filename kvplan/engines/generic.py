@@ -13,7 +13,7 @@ from typing import ClassVar
 from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.capacity.kv import KvRequest, estimate_kv
 from kvplan.capacity.weights import estimate_weights
-from kvplan.engines.base import EngineAccount, KvPool, MemoryTerm, Refusal
+from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal
 from kvplan.errors import FieldError
 from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.units import GiB, fmt_gib
@@ -130,6 +130,7 @@ class GenericEngine:
     name: ClassVar[str] = "generic"
     label: ClassVar[str] = "generic"
     options_type: ClassVar[type] = GenericOptions
+    knobs: ClassVar[Knobs] = Knobs(fp8_kv_dtype="fp8", utilization=("engine.gpu_memory_utilization", 0.95))
 
     def default_options(self) -> GenericOptions:
         return GenericOptions()
@@ -154,6 +155,7 @@ class TgiEngine:
     name: ClassVar[str] = "tgi"
     label: ClassVar[str] = "TGI"
     options_type: ClassVar[type] = TgiOptions
+    knobs: ClassVar[Knobs] = Knobs(fp8_kv_dtype="fp8_e4m3", request_cap="engine.max_batch_size")
 
     def default_options(self) -> TgiOptions:
         return TgiOptions()

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
-from kvplan.engines.base import EngineAccount, KvPool, MemoryTerm, Refusal
+from kvplan.capacity.kv import pp_stage_layers
+from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal
 from kvplan.engines.vllm_engine import tp_refusal
 from kvplan.engines.vllm_memory import WeightSplit, weights_per_stage
 from kvplan.errors import FieldError
 from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import ModelSpec, SlidingWindowSpec, StateSpec
-from kvplan.capacity.kv import pp_stage_layers
 from kvplan.units import GiB, MiB, cdiv
 
 SGLANG_VERSIONS = ("current",)
@@ -242,6 +242,7 @@ class SglangEngine:
     name: ClassVar[str] = "sglang"
     label: ClassVar[str] = "SGLang"
     options_type: ClassVar[type] = SglangOptions
+    knobs: ClassVar[Knobs] = Knobs(fp8_kv_dtype="fp8_e4m3", request_cap="engine.max_running_requests")
 
     def default_options(self) -> SglangOptions:
         return SglangOptions()

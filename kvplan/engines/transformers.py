@@ -21,10 +21,9 @@ from typing import ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.capacity.weights import estimate_weights
-from kvplan.engines.base import EngineAccount, KvPool, MemoryTerm, Refusal
+from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal
 from kvplan.errors import FieldError, InputError
 from kvplan.model.dtypes import serving_dtype, weight_dtype_bytes
-from kvplan.units import fmt_gib
 from kvplan.model.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -35,6 +34,7 @@ from kvplan.model.specs import (
     StateSpec,
     StateTensor,
 )
+from kvplan.units import fmt_gib
 
 CACHE_KINDS = ("dynamic", "static")
 # The recurrent state of every Transformers scan (mamba2_chunk_scan, torch_chunk_gated_delta_rule, Jamba's
@@ -167,6 +167,7 @@ class TransformersEngine:
     name: ClassVar[str] = "transformers"
     label: ClassVar[str] = "Transformers"
     options_type: ClassVar[type] = TransformersOptions
+    knobs: ClassVar[Knobs] = Knobs()
 
     def default_options(self) -> TransformersOptions:
         return TransformersOptions()

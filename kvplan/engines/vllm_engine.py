@@ -6,11 +6,11 @@ onto vLLM's flags, checks what vLLM checks before it sizes anything, and states 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
-from kvplan.engines.base import EngineAccount, KvPool, MemoryTerm, Refusal
+from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal
 from kvplan.engines.vllm import VLLM_VERSIONS, VllmFlags, VllmReport, plan_vllm
 from kvplan.engines.vllm_memory import WeightSplit
 from kvplan.errors import FieldError
@@ -159,6 +159,14 @@ class VllmEngine:
     name: ClassVar[str] = "vllm"
     label: ClassVar[str] = "vLLM"
     options_type: ClassVar[type] = VllmOptions
+    # 0.95 is the highest utilization vLLM's own errors and docs propose; above it the sampler warm-up and
+    # CUDA graphs run short of memory (the gpt-oss-20b log at 0.95 already fails).
+    knobs: ClassVar[Knobs] = Knobs(
+        fp8_kv_dtype="fp8",
+        utilization=("engine.gpu_memory_utilization", 0.95),
+        request_cap="engine.max_num_seqs",
+        long_context="engine.allow_long_max_model_len",
+    )
 
     def default_options(self) -> VllmOptions:
         return VllmOptions()
@@ -169,7 +177,8 @@ class VllmEngine:
 
     def account(self, d: Deployment) -> EngineAccount:
         o = d.engine
-        assert isinstance(o, VllmOptions)
+        if not isinstance(o, VllmOptions):
+            raise TypeError("VllmEngine needs VllmOptions")
         refused = _config_refusal(d, o)
         if refused is not None:
             return EngineAccount(
@@ -183,8 +192,13 @@ class VllmEngine:
         stage = r.stages[r.limiting_stage]
         m = stage.memory
         batched = r.flags.max_num_batched_tokens
+        loaded = "weights as loaded on this rank"
+        if d.weights.checkpoint_bytes is not None:
+            loaded = f"{d.weights.checkpoint_source or 'the given checkpoint size'}, as loaded on this rank"
+            if d.parallelism.tp * d.parallelism.pp > 1:
+                loaded += "; split over ranks as kvplan's parameter groups split (approximate)"
         terms = [
-            MemoryTerm("weights", m.weights_bytes, "weights as loaded on this rank"),
+            MemoryTerm("weights", m.weights_bytes, loaded),
             MemoryTerm("activation_peak", m.activation_peak_bytes,
                        f"activation peak of the profiling run ({batched:,} tokens)"),
             MemoryTerm("non_torch", m.non_torch_bytes, "non-torch memory (CUDA context growth, NCCL)"),
@@ -221,8 +235,3 @@ class VllmEngine:
             detail=r.to_dict(),
             per_request_at=lambda length: (layout.blocks_per_request(length, batched),),
         )
-
-    def with_options(self, d: Deployment, **changes: object) -> Deployment:
-        """`d` with some of its vLLM options changed (used by the fix-finder)."""
-        assert isinstance(d.engine, VllmOptions)
-        return replace(d, engine=replace(d.engine, **changes))  # type: ignore[arg-type]

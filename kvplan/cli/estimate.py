@@ -1,0 +1,161 @@
+"""`kvplan estimate`: flags -> an EstimateRequest -> the planner -> the verdict, table or JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import typer
+
+from kvplan.cli import options as opt
+from kvplan.cli.flags import check_engine_flags, flag_error
+from kvplan.cli.output import Output
+from kvplan.errors import EXIT_DOES_NOT_FIT, EXIT_OK, FieldError, InputError
+from kvplan.units import GiB, parse_size
+
+
+def _size(value: str | None, flag: str) -> int | None:
+    return None if value is None else parse_size(value, flag)
+
+
+def _engine_options(engine: str, f: dict[str, Any]) -> Any:
+    """The selected engine's options from the flags given (None: the engine's default)."""
+    from kvplan.engines.generic import GenericOptions, TgiOptions
+    from kvplan.engines.sglang import SglangOptions
+    from kvplan.engines.transformers import TransformersOptions
+    from kvplan.engines.vllm_engine import VllmOptions
+
+    def given(**pairs: Any) -> dict[str, Any]:
+        return {k: v for k, v in pairs.items() if v is not None}
+
+    builders: dict[str, Callable[[], Any]] = {
+        "vllm": lambda: VllmOptions(**given(
+            version=f["vllm_version"], gpu_memory_utilization=f["gpu_memory_utilization"],
+            block_size=f["block_size"], max_num_seqs=f["max_num_seqs"],
+            max_num_batched_tokens=f["max_num_batched_tokens"], enable_prefix_caching=f["enable_prefix_caching"],
+            kv_cache_memory_bytes=_size(f["kv_cache_memory"], "--kv-cache-memory-bytes"),
+            allow_long_max_model_len=f["allow_long"],
+        )),
+        "sglang": lambda: SglangOptions(**given(
+            mem_fraction_static=f["mem_fraction_static"], page_size=f["page_size"],
+            max_running_requests=f["max_running_requests"], chunked_prefill_size=f["chunked_prefill_size"],
+            cuda_graph_max_bs=f["cuda_graph_max_bs"],
+        )),
+        "transformers": lambda: TransformersOptions(**given(
+            cache=f["hf_cache"], memory_fraction=f["gpu_memory_utilization"],
+            overhead_bytes=_size(f["overhead"], "--overhead"),
+        )),
+        "generic": lambda: GenericOptions(**given(
+            gpu_memory_utilization=f["gpu_memory_utilization"], block_size=f["block_size"],
+            overhead_bytes=_size(f["overhead"], "--overhead"),
+        )),
+        "tgi": lambda: TgiOptions(**given(
+            cuda_memory_fraction=f["gpu_memory_utilization"], max_batch_size=f["max_num_seqs"],
+            overhead_bytes=_size(f["overhead"], "--overhead"),
+        )),
+    }
+    if engine not in builders:
+        raise InputError(f"--engine must be one of {', '.join(builders)}, got {engine!r}")
+    return builders[engine]()
+
+
+def _gpu_names(gpu: str | None) -> tuple[str, ...]:
+    if gpu is None:
+        return ()
+    names = tuple(n.strip() for n in gpu.split(","))
+    if not all(names):
+        raise InputError("--gpu is empty; name a GPU such as H100 (see `kvplan gpus`), or leave the flag out")
+    return names
+
+
+def estimate(
+    model: opt.Model,
+    seq: opt.Seq = None,
+    batch: opt.Batch = 1,
+    shared_prefix: opt.SharedPrefix = 0,
+    kv_cache_dtype: opt.KvCacheDtype = "auto",
+    tp: opt.Tp = 1,
+    pp: opt.Pp = 1,
+    dp: opt.Dp = 1,
+    enable_expert_parallel: opt.ExpertParallel = None,
+    enable_dp_attention: opt.DpAttention = None,
+    ep_size: opt.EpSize = None,
+    gpu: opt.Gpu = None,
+    gpu_mem: opt.GpuMem = None,
+    num_gpus: opt.NumGpus = None,
+    dtype: opt.Dtype = "auto",
+    quantization: opt.Quantization = None,
+    weights_bytes: opt.WeightsBytes = None,
+    weights_from_hub: opt.WeightsFromHub = False,
+    cpu_offload_gb: opt.CpuOffloadGb = None,
+    revision: opt.Revision = None,
+    token: opt.Token = None,
+    offline: opt.Offline = False,
+    engine: opt.Engine = "vllm",
+    vllm_version: opt.VllmVersion = None,
+    gpu_memory_utilization: opt.GpuMemoryUtilization = None,
+    block_size: opt.BlockSize = None,
+    max_num_seqs: opt.MaxNumSeqs = None,
+    max_num_batched_tokens: opt.MaxNumBatchedTokens = None,
+    enable_prefix_caching: opt.PrefixCaching = None,
+    kv_cache_memory: opt.KvCacheMemory = None,
+    allow_long: opt.AllowLong = None,
+    mem_fraction_static: opt.MemFractionStatic = None,
+    page_size: opt.PageSize = None,
+    max_running_requests: opt.MaxRunningRequests = None,
+    chunked_prefill_size: opt.ChunkedPrefillSize = None,
+    cuda_graph_max_bs: opt.CudaGraphMaxBs = None,
+    hf_cache: opt.HfCache = None,
+    overhead: opt.Overhead = None,
+    json_out: opt.Json = False,
+) -> None:
+    """Size the KV cache of MODEL and fit it to a GPU as the serving engine would.
+
+    Example: kvplan estimate meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192 --batch 32 --gpu H100
+    """
+    from kvplan.api import EstimateRequest, GpuChoice, ModelSource
+    from kvplan.api import estimate as run_estimate
+    from kvplan.capacity.deployment import Parallelism, WeightsChoice, Workload
+    from kvplan.cli.render import render_estimate
+
+    flags = dict(locals())
+    given = [
+        name for name, value in (
+            ("--vllm-version", vllm_version), ("--gpu-memory-utilization", gpu_memory_utilization),
+            ("--block-size", block_size), ("--max-num-seqs", max_num_seqs),
+            ("--max-num-batched-tokens", max_num_batched_tokens), ("--enable-prefix-caching", enable_prefix_caching),
+            ("--kv-cache-memory-bytes", kv_cache_memory), ("--allow-long-max-model-len", allow_long),
+            ("--mem-fraction-static", mem_fraction_static), ("--page-size", page_size),
+            ("--max-running-requests", max_running_requests), ("--chunked-prefill-size", chunked_prefill_size),
+            ("--cuda-graph-max-bs", cuda_graph_max_bs), ("--enable-dp-attention", enable_dp_attention),
+            ("--ep-size", ep_size), ("--enable-expert-parallel", enable_expert_parallel),
+            ("--hf-cache", hf_cache), ("--overhead", overhead),
+        )
+        if value is not None
+    ]
+    check_engine_flags(engine, given)
+    out = Output(json_mode=json_out)
+    try:
+        request = EstimateRequest(
+            source=ModelSource(model, revision=revision, token=token, offline=offline,
+                               weights_from_hub=weights_from_hub),
+            workload=Workload(max_model_len=seq, concurrency=batch, shared_prefix_tokens=shared_prefix),
+            parallelism=Parallelism(tp=tp, pp=pp, dp=dp, dp_attention=bool(enable_dp_attention),
+                                    expert_parallel=bool(enable_expert_parallel), ep_size=ep_size),
+            gpu=GpuChoice(names=_gpu_names(gpu), memory_bytes=_size(gpu_mem, "--gpu-mem"), num_gpus=num_gpus),
+            weights=WeightsChoice(
+                dtype=None if dtype == "auto" else dtype, quantization=quantization,
+                checkpoint_bytes=_size(weights_bytes, "--weights-bytes"),
+                checkpoint_source="--weights-bytes" if weights_bytes else "",
+                cpu_offload_bytes=round((cpu_offload_gb or 0) * GiB),
+            ),
+            kv_cache_dtype=kv_cache_dtype,
+            engine=_engine_options(engine, flags),
+        )
+        result = run_estimate(request)
+    except FieldError as exc:
+        raise flag_error(exc) from None
+    for notice in result.notices:
+        out.notice(notice)
+    out.result(result.to_dict(), lambda console: render_estimate(result, console))
+    raise typer.Exit(EXIT_DOES_NOT_FIT if result.fits is False else EXIT_OK)

@@ -1,0 +1,122 @@
+"""How the command line names deployment fields: errors and fixes in flag terms, and which engine owns a flag.
+
+The core speaks in fields (`parallelism.tp`, `engine.max_num_seqs`); only this module knows that the CLI
+spells them `--tp` and `--max-num-seqs`, and which engines have them.
+"""
+
+from __future__ import annotations
+
+from kvplan.errors import FieldError, InputError
+from kvplan.planner.fixes import Change
+
+# Deployment field -> the estimate flag that sets it.
+FIELD_FLAGS: dict[str, str] = {
+    "workload.max_model_len": "--max-model-len",
+    "workload.concurrency": "--batch",
+    "workload.shared_prefix_tokens": "--shared-prefix",
+    "parallelism.tp": "--tp",
+    "parallelism.pp": "--pp",
+    "parallelism.dp": "--dp",
+    "parallelism.ep_size": "--ep-size",
+    "kv_cache_dtype": "--kv-cache-dtype",
+    "gpu": "--gpu",
+    "gpu.memory_bytes": "--gpu-mem",
+    "gpu.num_gpus": "--num-gpus",
+    "instances": "--num-gpus",
+    "engine": "--engine",
+    "weights.dtype": "--dtype",
+    "weights.quantization": "--quantization",
+    "weights.checkpoint_bytes": "--weights-bytes",
+    "weights.cpu_offload_bytes": "--cpu-offload-gb",
+    "source.weights_from_hub": "--weights-from-hub",
+    "engine.version": "--vllm-version",
+    "engine.gpu_memory_utilization": "--gpu-memory-utilization",
+    "engine.block_size": "--block-size",
+    "engine.max_num_seqs": "--max-num-seqs",
+    "engine.max_num_batched_tokens": "--max-num-batched-tokens",
+    "engine.kv_cache_memory_bytes": "--kv-cache-memory-bytes",
+    "engine.allow_long_max_model_len": "--allow-long-max-model-len",
+    "engine.mem_fraction_static": "--mem-fraction-static",
+    "engine.page_size": "--page-size",
+    "engine.max_running_requests": "--max-running-requests",
+    "engine.chunked_prefill_size": "--chunked-prefill-size",
+    "engine.cuda_graph_max_bs": "--cuda-graph-max-bs",
+    "engine.cache": "--hf-cache",
+    "engine.overhead_bytes": "--overhead",
+    "engine.memory_fraction": "--gpu-memory-utilization",
+    "engine.cuda_memory_fraction": "--gpu-memory-utilization",
+    "engine.max_batch_size": "--max-num-seqs",
+}
+
+# Engine-specific flags -> the engines that have them; one of another engine's is an error naming its owner.
+ENGINE_FLAGS: dict[str, tuple[str, ...]] = {
+    "--vllm-version": ("vllm",),
+    "--gpu-memory-utilization": ("vllm", "generic", "transformers", "tgi"),
+    "--block-size": ("vllm", "generic"),
+    "--max-num-seqs": ("vllm", "tgi"),
+    "--max-num-batched-tokens": ("vllm",),
+    "--enable-prefix-caching": ("vllm",),
+    "--kv-cache-memory-bytes": ("vllm",),
+    "--allow-long-max-model-len": ("vllm",),
+    "--mem-fraction-static": ("sglang",),
+    "--page-size": ("sglang",),
+    "--max-running-requests": ("sglang",),
+    "--chunked-prefill-size": ("sglang",),
+    "--cuda-graph-max-bs": ("sglang",),
+    "--enable-dp-attention": ("sglang",),
+    "--ep-size": ("sglang",),
+    "--enable-expert-parallel": ("vllm",),
+    "--hf-cache": ("transformers",),
+    "--overhead": ("transformers", "generic", "tgi"),
+}
+# What the other engine calls the same knob, for the error message.
+_COUNTERPARTS = {
+    ("--block-size", "sglang"): "--page-size",
+    ("--page-size", "vllm"): "--block-size",
+    ("--max-num-seqs", "sglang"): "--max-running-requests",
+    ("--max-running-requests", "vllm"): "--max-num-seqs",
+    ("--gpu-memory-utilization", "sglang"): "--mem-fraction-static",
+    ("--mem-fraction-static", "vllm"): "--gpu-memory-utilization",
+    ("--max-num-batched-tokens", "sglang"): "--chunked-prefill-size",
+    ("--chunked-prefill-size", "vllm"): "--max-num-batched-tokens",
+    ("--ep-size", "vllm"): "--enable-expert-parallel",
+    ("--enable-expert-parallel", "sglang"): "--ep-size",
+}
+
+
+def check_engine_flags(engine: str, given: list[str]) -> None:
+    """An engine-specific flag the selected engine does not have is an error naming who has it."""
+    for flag in given:
+        owners = ENGINE_FLAGS.get(flag)
+        if owners is None or engine in owners:
+            continue
+        other = _COUNTERPARTS.get((flag, engine))
+        hint = f"; {engine}'s counterpart is {other}" if other else ""
+        raise InputError(f"{flag} is an option of --engine {' / '.join(owners)}, not {engine}{hint}")
+
+
+def flag_error(exc: FieldError) -> InputError:
+    """A core FieldError in the command line's words: `--seq 0: must be between 1 and ...`."""
+    flag = FIELD_FLAGS.get(exc.field)
+    if flag is None:
+        return InputError(exc.message)
+    return InputError(exc.phrased(flag))
+
+
+def _gib_value(field: str, value: object) -> object:
+    if field == "weights.cpu_offload_bytes" and isinstance(value, int):
+        return f"{value / (1 << 30):g}"
+    return value
+
+
+def change_flags(changes: tuple[Change, ...], gpus_per_instance: int) -> str:
+    """A fix as the flags that make it: `--tp 4 --kv-cache-dtype fp8`."""
+    words = []
+    for c in changes:
+        if c.field == "instances" and isinstance(c.value, int):
+            words.append(f"--num-gpus {c.value * gpus_per_instance}")
+        elif c.field == "engine.allow_long_max_model_len":
+            words.append("--allow-long-max-model-len")
+        else:
+            words.append(f"{FIELD_FLAGS.get(c.field, c.field)} {_gib_value(c.field, c.shown_value)}")
+    return " ".join(words)

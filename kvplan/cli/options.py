@@ -1,0 +1,142 @@
+"""The options `estimate`, `verify` and `plan` share, declared once, grouped into help panels.
+
+vLLM's spellings are accepted beside kvplan's short ones (--max-model-len for --seq, -tp for --tp), so a
+`vllm serve` command line can be pasted. Engine-specific options default to None: kvplan.cli.flags then
+knows which were given, and refuses one the selected engine does not have.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+WORKLOAD = "Workload"
+PARALLEL = "Parallelism"
+GPU = "GPU"
+WEIGHTS = "Weights"
+SOURCE = "Model source"
+VLLM = "vLLM"
+SGLANG = "SGLang"
+TRANSFORMERS = "Transformers and generic"
+OUTPUT = "Output"
+
+Model = Annotated[str, typer.Argument(help="Hub repo id, local config.json or model dir, or a library name.")]
+Seq = Annotated[
+    int | None,
+    typer.Option("--seq", "--max-model-len", help="Tokens per request (default: the model's context).",
+                 rich_help_panel=WORKLOAD),
+]
+Batch = Annotated[int, typer.Option("--batch", "-b", help="Requests held at once.", rich_help_panel=WORKLOAD)]
+SharedPrefix = Annotated[
+    int, typer.Option("--shared-prefix", help="Prompt tokens every request shares (cached once).",
+                      rich_help_panel=WORKLOAD),
+]
+KvCacheDtype = Annotated[
+    str, typer.Option("--kv-cache-dtype", help="auto, bf16, fp16, fp32, fp8, fp8_e4m3, fp8_e5m2, int8, int4, nvfp4.",
+                      rich_help_panel=WORKLOAD),
+]
+Tp = Annotated[
+    int, typer.Option("--tp", "--tensor-parallel-size", "-tp", help="Tensor-parallel GPUs.", rich_help_panel=PARALLEL)
+]
+Pp = Annotated[
+    int, typer.Option("--pp", "--pipeline-parallel-size", "-pp", help="Pipeline stages.", rich_help_panel=PARALLEL)
+]
+Dp = Annotated[
+    int, typer.Option("--dp", "--data-parallel-size", "-dp", help="Data-parallel ranks per instance.",
+                      rich_help_panel=PARALLEL),
+]
+ExpertParallel = Annotated[
+    bool | None, typer.Option("--enable-expert-parallel", help="vLLM: spread MoE experts over tp x dp ranks.",
+                              rich_help_panel=PARALLEL),
+]
+DpAttention = Annotated[
+    bool | None, typer.Option("--enable-dp-attention", help="SGLang: data-parallel attention inside tp.",
+                              rich_help_panel=PARALLEL),
+]
+EpSize = Annotated[
+    int | None, typer.Option("--ep-size", help="SGLang: expert-parallel ranks.", rich_help_panel=PARALLEL)
+]
+Gpu = Annotated[
+    str | None, typer.Option("--gpu", help="GPU type: H100, A100-80GB, L4... (see `kvplan gpus`).",
+                             rich_help_panel=GPU),
+]
+GpuMem = Annotated[str | None, typer.Option("--gpu-mem", help="Memory of another card, e.g. 48GiB.",
+                                            rich_help_panel=GPU)]
+NumGpus = Annotated[
+    int | None, typer.Option("--num-gpus", help="GPUs in all; beyond one instance they are replicas.",
+                             rich_help_panel=GPU),
+]
+Dtype = Annotated[str, typer.Option("--dtype", help="Weight dtype: auto, bf16, fp16, fp32.", rich_help_panel=WEIGHTS)]
+Quantization = Annotated[
+    str | None, typer.Option("--quantization", help="Runtime weight quantization, e.g. fp8.", rich_help_panel=WEIGHTS)
+]
+WeightsBytes = Annotated[
+    str | None, typer.Option("--weights-bytes", help="The checkpoint's size, e.g. 15GiB.", rich_help_panel=WEIGHTS)
+]
+WeightsFromHub = Annotated[
+    bool, typer.Option("--weights-from-hub", help="Exact size from the Hub's safetensors headers.",
+                       rich_help_panel=WEIGHTS),
+]
+CpuOffloadGb = Annotated[
+    float | None, typer.Option("--cpu-offload-gb", help="vLLM: GiB of weights per GPU kept in CPU memory.",
+                               rich_help_panel=WEIGHTS),
+]
+Revision = Annotated[str | None, typer.Option("--revision", help="Hub branch, tag or commit.", rich_help_panel=SOURCE)]
+Token = Annotated[str | None, typer.Option("--token", help="Hub token (default: HF_TOKEN).", rich_help_panel=SOURCE)]
+Offline = Annotated[
+    bool, typer.Option("--offline", help="Never use the network: library and cache only.", rich_help_panel=SOURCE)
+]
+Engine = Annotated[
+    str, typer.Option("--engine", help="vllm, sglang, transformers, generic or tgi.", rich_help_panel=VLLM)
+]
+VllmVersion = Annotated[
+    str | None, typer.Option("--vllm-version", help="vLLM release: current or 0.19.", rich_help_panel=VLLM)
+]
+GpuMemoryUtilization = Annotated[
+    float | None,
+    typer.Option("--gpu-memory-utilization", help="Share of GPU memory to use (vLLM 0.92 or 0.9).",
+                 rich_help_panel=VLLM),
+]
+BlockSize = Annotated[int | None, typer.Option("--block-size", help="Tokens per KV block (16).", rich_help_panel=VLLM)]
+MaxNumSeqs = Annotated[
+    int | None, typer.Option("--max-num-seqs", help="Requests run at once (1024 or 256).", rich_help_panel=VLLM)
+]
+MaxNumBatchedTokens = Annotated[
+    int | None, typer.Option("--max-num-batched-tokens", help="Tokens per step (8192 or 2048).", rich_help_panel=VLLM)
+]
+PrefixCaching = Annotated[
+    bool | None,
+    typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="Prefix caching (on).",
+                 rich_help_panel=VLLM),
+]
+KvCacheMemory = Annotated[
+    str | None,
+    typer.Option("--kv-cache-memory-bytes", "--kv-cache-memory", help="Fix the KV memory per GPU, e.g. 40GiB.",
+                 rich_help_panel=VLLM),
+]
+AllowLong = Annotated[
+    bool | None,
+    typer.Option("--allow-long-max-model-len", help="As VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.", rich_help_panel=VLLM),
+]
+MemFractionStatic = Annotated[
+    float | None, typer.Option("--mem-fraction-static", help="Share of memory free before loading.",
+                               rich_help_panel=SGLANG),
+]
+PageSize = Annotated[int | None, typer.Option("--page-size", help="Tokens per KV page (1).", rich_help_panel=SGLANG)]
+MaxRunningRequests = Annotated[
+    int | None, typer.Option("--max-running-requests", help="Requests run at once.", rich_help_panel=SGLANG)
+]
+ChunkedPrefillSize = Annotated[
+    int | None, typer.Option("--chunked-prefill-size", help="Tokens per prefill chunk.", rich_help_panel=SGLANG)
+]
+CudaGraphMaxBs = Annotated[
+    int | None, typer.Option("--cuda-graph-max-bs", help="Largest CUDA-graph batch.", rich_help_panel=SGLANG)
+]
+HfCache = Annotated[
+    str | None, typer.Option("--hf-cache", help="Transformers cache: dynamic or static.", rich_help_panel=TRANSFORMERS)
+]
+Overhead = Annotated[
+    str | None, typer.Option("--overhead", help="Activations and runtime per GPU (2 GiB).", rich_help_panel=TRANSFORMERS)
+]
+Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON.", rich_help_panel=OUTPUT)]

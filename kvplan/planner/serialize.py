@@ -1,0 +1,93 @@
+"""Verdicts and fixes as plain data, for every JSON kvplan prints (estimate, check, plan).
+
+Types are the same whatever the engine: `max_concurrency` is always a float (the engine's own figure for
+full-length requests), `max_requests` always an int (whole requests held and run at once); a reason is a
+stable `code` with its `message`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvplan.engines.base import REFUSAL_CODES
+from kvplan.planner.fixes import Fix
+from kvplan.planner.verdict import LIMIT_KV, LIMIT_REQUEST_CAP, Verdict
+
+LIMIT_MESSAGES = {
+    LIMIT_KV: "the KV cache cannot hold the workload's requests",
+    LIMIT_REQUEST_CAP: "the scheduler runs fewer requests at once than the workload asks",
+}
+
+
+def reason(v: Verdict) -> dict[str, Any] | None:
+    """Why a deployment does not fit, as {code, message}; None when it fits."""
+    if v.fits:
+        return None
+    refusal = v.account.refusal
+    if refusal is not None:
+        return {"code": refusal.code, "message": refusal.message, "field": refusal.field,
+                "summary": REFUSAL_CODES[refusal.code]}
+    u = v.limiting_pool
+    if v.limit == LIMIT_REQUEST_CAP:
+        message = (f"{v.requests_per_cache:,} requests per cache exceed the scheduler's limit of "
+                   f"{v.account.request_cap:,} at once")
+    elif u is not None:
+        message = (f"{v.requests_per_cache:,} requests need {u.needed_units:,} {u.pool.unit}s of {u.pool.name}; "
+                   f"{u.pool.budget_units:,} are available")
+    else:
+        message = LIMIT_MESSAGES[v.limit]
+    return {"code": v.limit, "message": message, "field": None, "summary": LIMIT_MESSAGES.get(v.limit, "")}
+
+
+def verdict_to_dict(v: Verdict) -> dict[str, Any]:
+    a = v.account
+    return {
+        "fits": v.fits,
+        "limit": v.limit,
+        "reason": reason(v),
+        "engine": a.engine,
+        "engine_version": a.version,
+        "total_memory_bytes": a.total_memory_bytes,
+        "requested_bytes": a.requested_bytes,
+        "terms": [{"name": t.name, "bytes": t.bytes, "label": t.label} for t in a.terms],
+        "available_kv_cache_bytes": a.kv_budget_bytes,
+        "kv_budget_bytes": v.kv_budget_bytes,
+        "kv_needed_bytes": v.kv_needed_bytes,
+        "headroom_bytes": v.headroom_bytes,
+        "pools": [
+            {
+                "name": u.pool.name,
+                "unit": u.pool.unit,
+                "unit_bytes": u.pool.unit_bytes,
+                "budget_units": u.pool.budget_units,
+                "per_request_units": u.pool.per_request_units,
+                "shared_prefix_units": u.pool.shared_prefix_units,
+                "needed_units": u.needed_units,
+            }
+            for u in v.pools
+        ],
+        "kv_cache_tokens": a.kv_cache_tokens,
+        "max_concurrency": round(v.max_concurrency, 4),
+        "max_requests": v.max_requests,
+        "request_cap": a.request_cap,
+        "requests_per_cache": v.requests_per_cache,
+        "kv_caches": v.kv_caches,
+        "instances": v.deployment.instances,
+        "gpus_per_instance": v.gpus_per_instance,
+        "total_gpus": v.total_gpus,
+        "max_model_len": a.max_model_len,
+        "longest_context_tokens": v.longest_context_tokens,
+        "log_lines": list(a.log_lines),
+        "notes": list(v.notes),
+        "engine_detail": dict(a.detail),
+    }
+
+
+def fix_to_dict(f: Fix) -> dict[str, Any]:
+    return {
+        "changes": [{"field": c.field, "value": c.shown_value} for c in f.changes],
+        "keeps_workload": f.keeps_workload,
+        "total_gpus": f.verdict.total_gpus,
+        "max_requests": f.verdict.max_requests,
+        "headroom_bytes": f.verdict.headroom_bytes,
+    }
