@@ -98,6 +98,28 @@ class WeightsChoice:
         check_int("weights.cpu_offload_bytes", self.cpu_offload_bytes, 0, 1 << 50)
 
 
+@dataclass(frozen=True)
+class BoxProfile:
+    """Terms measured on the user's own box from its engine log (`kvplan calibrate --save`), used instead of
+    the modelled ones where they apply (same GPU and tensor-parallel size; weights and the activation peak
+    only for the same model and step size). None: not measured, the model's figure stands."""
+
+    source: str  # the log it came from, for people
+    engine: str
+    engine_version: str | None = None
+    gpu_name: str | None = None  # as the log names the device
+    total_memory_bytes: int | None = None
+    tp: int = 1
+    pp: int = 1
+    non_torch_bytes: int | None = None
+    cuda_graph_bytes: int | None = None
+    model: str | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    weights_bytes: int | None = None  # per rank
+    activation_peak_bytes: int | None = None  # per rank, at max_num_batched_tokens / max_num_seqs
+
+
 class EngineOptions(Protocol):
     """An engine's own options (kvplan.engines.<engine>): a frozen dataclass naming its engine."""
 
@@ -118,6 +140,7 @@ class Deployment:
     weights: WeightsChoice = field(default_factory=WeightsChoice)
     kv_cache_dtype: str = "auto"
     instances: int = 1
+    profile: BoxProfile | None = None  # measured terms of the user's own box (kvplan calibrate)
 
     def validate(self) -> None:
         self.workload.validate()

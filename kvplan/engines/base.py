@@ -92,6 +92,19 @@ class KvPool:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """Where an engine model was checked against real logs, and whether this plan lies inside that range.
+
+    Outside it (another GPU class, release or architecture) the figures still come from the mechanism, with
+    the error band the held-out logs showed, stated beside them."""
+
+    in_range: bool
+    checked_on: str  # "vLLM 0.19 on H100, 61 logs"
+    outside: tuple[str, ...] = ()  # what lies outside: "GPU L4 (no logs)", "release 0.10 (no logs)"
+    error_band: str = ""  # "available KV memory within +/-3% on held-out logs"
+
+
+@dataclass(frozen=True)
 class EngineAccount:
     """One engine instance on its limiting rank: what the engine subtracts, what is left, how requests use it.
 
@@ -114,6 +127,7 @@ class EngineAccount:
     log_lines: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     detail: Mapping[str, Any] = field(default_factory=dict)  # the engine's own report, as plain data
+    calibration: Calibration | None = None
     per_request_at: Callable[[int], tuple[int, ...]] | None = field(default=None, compare=False, repr=False)
 
 
