@@ -38,6 +38,7 @@ class ModelSource:
     revision: str | None = None
     token: str | None = None
     offline: bool = False
+    refresh: bool = False  # ask the Hub even when the HF cache or the bundled library has the model
     weights_from_hub: bool = False  # read the checkpoint's exact bytes from its safetensors headers
 
 
@@ -144,7 +145,7 @@ def deployments(req: EstimateRequest, model: ModelSpec) -> tuple[list[Deployment
 def estimate(req: EstimateRequest, *, fixes: bool = True) -> EstimateResult:
     """Resolve the model, plan it on each GPU, and find fixes where it does not fit."""
     s = req.source
-    resolved = resolve_model(s.model, revision=s.revision, token=s.token, offline=s.offline)
+    resolved = resolve_model(s.model, revision=s.revision, token=s.token, offline=s.offline, refresh=s.refresh)
     model = resolved.model
     notices = list(resolved.notices)
     if s.weights_from_hub:

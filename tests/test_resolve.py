@@ -86,7 +86,7 @@ def test_gated_repo_needs_token(hub_env: HubEnv):
 
 def test_gated_repo_in_library_falls_back_with_notice(hub_env: HubEnv):
     hub_env.hub.add_repo("meta-llama/Llama-3.1-8B-Instruct", {"config.json": llama_config()}, gated_token=GOOD_TOKEN)
-    resolved = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
+    resolved = resolve_model("meta-llama/Llama-3.1-8B-Instruct", refresh=True)
     assert resolved.model.source.startswith("bundled library")
     assert "bundled library" in resolved.notices[0] and "gated" in resolved.notices[0]
 
@@ -106,9 +106,31 @@ def test_missing_config(hub_env: HubEnv):
 
 def test_server_down_falls_back_to_library(hub_env: HubEnv):
     hub_env.set_endpoint(closed_port_url())
-    resolved = resolve_model("meta-llama/Llama-2-7b")
+    resolved = resolve_model("meta-llama/Llama-2-7b", refresh=True)
     assert resolved.model.source.startswith("bundled library")
     assert "cannot reach the Hub" in resolved.notices[0]
+
+
+def test_bundled_model_needs_no_network_online(hub_env: HubEnv):
+    # Online, a library model is answered from the bundled copy: not one request reaches the (fake) Hub.
+    resolved = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
+    assert resolved.model.source.startswith("bundled library") and resolved.notices == ()
+    assert hub_env.hub.requests == []
+
+
+def test_hf_cache_answers_without_network(hub_env: HubEnv, tmp_path, monkeypatch):
+    # huggingface_hub's layout: models--ORG--NAME/refs/main names the commit whose snapshot holds config.json.
+    cache = tmp_path / "hub-cache"
+    snap = cache / "models--org--cached" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(llama_config(num_hidden_layers=3)))
+    (cache / "models--org--cached" / "refs").mkdir()
+    (cache / "models--org--cached" / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    resolved = resolve_model("org/cached")
+    assert resolved.model.num_layers == 3 and resolved.model.name == "org/cached"
+    assert resolved.model.source.startswith("HF cache:")
+    assert hub_env.hub.requests == []
 
 
 @pytest.mark.parametrize(

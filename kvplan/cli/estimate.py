@@ -91,6 +91,7 @@ def estimate(
     revision: opt.Revision = None,
     token: opt.Token = None,
     offline: opt.Offline = False,
+    refresh: opt.Refresh = False,
     engine: opt.Engine = "vllm",
     vllm_version: opt.VllmVersion = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = None,
@@ -137,7 +138,7 @@ def estimate(
     out = Output(json_mode=json_out)
     try:
         request = EstimateRequest(
-            source=ModelSource(model, revision=revision, token=token, offline=offline,
+            source=ModelSource(model, revision=revision, token=token, offline=offline, refresh=refresh,
                                weights_from_hub=weights_from_hub),
             workload=Workload(max_model_len=seq, concurrency=batch, shared_prefix_tokens=shared_prefix),
             parallelism=Parallelism(tp=tp, pp=pp, dp=dp, dp_attention=bool(enable_dp_attention),

@@ -87,6 +87,9 @@ Token = Annotated[str | None, typer.Option("--token", help="Hub token (default: 
 Offline = Annotated[
     bool, typer.Option("--offline", help="Never use the network: library and cache only.", rich_help_panel=SOURCE)
 ]
+Refresh = Annotated[
+    bool, typer.Option("--refresh", help="Ask the Hub even for a cached or bundled model.", rich_help_panel=SOURCE)
+]
 Engine = Annotated[
     str, typer.Option("--engine", help="vllm, sglang, transformers, generic or tgi.", rich_help_panel=VLLM)
 ]

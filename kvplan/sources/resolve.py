@@ -1,15 +1,17 @@
 """One resolver for every command: a model argument -> a parsed ModelSpec, and where it came from.
 
-Order: an existing local path (config.json, params.json, or a directory holding one); then, offline,
-the bundled library; online, the Hugging Face Hub for `org/name` ids, falling back to the library (with a
-notice) when the Hub cannot serve the repo; names that are not repo ids go to the library directly.
+Order: an existing local path (config.json, params.json, or a directory holding one); then, for `org/name`
+ids, the local Hugging Face cache and the bundled library, with no network call at all (a bundled model
+starts as fast as the CLI can); the Hub only when neither has it, or when --refresh or --revision asks for
+it, falling back to the library (with a notice) when the Hub cannot serve the repo. Names that are not repo
+ids go to the library directly.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvplan.errors import ConfigError, HubError, ModelNotFoundError
@@ -69,6 +71,27 @@ def _from_library(entry: library.LibraryEntry) -> ModelSpec:
     )
 
 
+def hf_cache_dir() -> Path:
+    """huggingface_hub's cache folder, from the same variables it reads (without importing it)."""
+    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def cached_config(repo_id: str) -> Path | None:
+    """The config.json of `repo_id` at `main` in the local HF cache, if it is there (no network, no import):
+    models--ORG--NAME/refs/main holds the commit, snapshots/COMMIT/config.json the file."""
+    try:
+        repo = hf_cache_dir() / f"models--{repo_id.replace('/', '--')}"
+        commit = (repo / "refs" / "main").read_text(encoding="ascii").strip()
+        config = repo / "snapshots" / commit / "config.json"
+        return config if commit and config.is_file() else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+
+
 def resolve_model(
     model: str,
     *,
@@ -76,11 +99,13 @@ def resolve_model(
     token: str | None = None,
     offline: bool = False,
     prefer_library: bool = False,
+    refresh: bool = False,
 ) -> Resolved:
     """Resolve MODEL (path, library name or Hub repo id) to a ModelSpec.
 
-    prefer_library: use the bundled copy without asking the Hub even online (`kvplan check` in CI must not
-    need the network for a model the library holds).
+    A repo id in the local HF cache or the bundled library is answered from there; `refresh` (or a
+    `revision`) asks the Hub instead. prefer_library: the bundled copy wins over the HF cache too (`kvplan
+    check` in CI must give the same answer on every machine).
     """
     text = model.strip()
     if not text:
@@ -99,6 +124,13 @@ def resolve_model(
 
     if (offline or prefer_library) and entry is not None and revision is None:
         return Resolved(_from_library(entry))
+    if revision is None and not refresh:
+        cached = cached_config(repo_id)
+        if cached is not None:
+            spec = _from_path(cached)
+            return Resolved(replace(spec, name=repo_id, source=f"HF cache: {cached}"))
+        if entry is not None:
+            return Resolved(_from_library(entry))
 
     from kvplan.sources import hub  # the only module that touches the network (huggingface_hub loads on first call)
 
