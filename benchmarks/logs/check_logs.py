@@ -64,19 +64,25 @@ N = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"
 # field -> list of regexes; the field must equal the number captured by one of them somewhere in raw
 VLLM_FIGS = {
     "available_kv_gib": [r"Available KV cache memory: " + N + r" ?GiB", r"kv_cache_size=" + N + r" ?GiB",
-                         r"reserved for KV Cache is " + N + r" ?GiB"],
+                         r"reserved for KV Cache is " + N + r" ?GiB",
+                         r"larger than the available KV cache memory \(" + N + r" ?GiB\)",
+                         r"available_kv_cache_memory\s+" + N + r" ?GiB"],
+    "kv_needed_gib": [N + r" GiB KV cache is needed"],
+    "estimated_max_model_len": [r"estimated maximum model length is " + N],
+    "kv_capacity_tokens_in_error": [r"maximum number of tokens that can be stored in KV cache \(" + N + r"\)"],
     "kv_tokens": [r"GPU KV cache size: " + N + r" tokens"],
     "num_gpu_blocks": [r"# (?:GPU|gpu|cuda|CUDA|rocm) blocks: " + N, r"(?<![#\w] )GPU blocks: " + N,
                        r"num_gpu_blocks is: " + N],
     "max_concurrency": [r"Maximum concurrency for [0-9,]+ tokens per request: " + N + r"x"],
     "concurrency_tokens": [r"Maximum concurrency for " + N + r" tokens per request"],
     "weights_gib": [r"Model loading took " + N + r" ?Gi?B", r"Loading model weights took " + N + r" ?GB",
-                    r"model weights take " + N + r" ?GiB", r"weights memory: " + N + r" ?GiB"],
-    "total_gpu_memory_gib": [r"total_gpu_memory[= ]\(?" + N + r" ?GiB", r"total_memory=" + N + r" ?GiB",
+                    r"model weights take\s+" + N + r" ?GiB", r"weights memory: " + N + r" ?GiB"],
+    "total_gpu_memory_gib": [r"total_gpu_memory[= ]\(?" + N + r" ?GiB", r"total_gpu_memory\s+" + N + r" ?GiB", r"total_memory=" + N + r" ?GiB",
                              r"Free memory on device \([0-9.]+/" + N + r" GiB\)"],
-    "activation_peak_gib": [r"torch peak memory increase: " + N + r" ?GiB", r"activation peak memory takes " + N + r" ?GiB"],
+    "activation_peak_gib": [r"torch peak memory increase: " + N + r" ?GiB", r"activation peak memory takes " + N + r" ?GiB",
+                            r"PyTorch activation peak memory\s+" + N + r" ?GiB"],
     "non_torch_gib": [r"non-torch forward increase memory: " + N + r" ?GiB", r"non_torch_memory takes " + N + r" ?GiB",
-                      r"non_torch_memory=" + N + r" ?GiB"],
+                      r"non_torch_memory=" + N + r" ?GiB", r"non_torch_memory\s+" + N + r" ?GiB"],
 }
 SGLANG_FIGS = {
     "weights_mem_usage_gb": [r"Load weight end\..*?mem usage=" + N + r" GB"],
@@ -91,8 +97,17 @@ SGLANG_FIGS = {
     "max_running_requests": [r"max_running_requests=" + N],
     "context_len": [r"context_len=" + N],
     "available_gpu_mem": [r"available_gpu_mem=" + N + r" ?GB"],
+    "profiled_max_total_num_tokens": [r"larger than the profiled value " + N],
 }
-KV_LINE = re.compile(r"Available KV cache memory|GPU KV cache size|blocks: [0-9]|reserved for KV Cache|kv_cache_size=|"
+TRTLLM_FIGS = {
+    "kv_tokens": [r"Using " + N + r" tokens in paged KV cache", r"Allocated [0-9.]+ GiB for max tokens in paged KV cache \(" + N + r"\)",
+                  r"max_tokens=" + N],
+    "kv_bytes": [r"Allocate " + N + r" bytes for k/v cache"],
+    "kv_alloc_gib": [r"Allocated " + N + r" GiB for max tokens in paged KV cache"],
+    "num_blocks_primary": [r"Number of blocks in KV cache primary pool: " + N],
+    "mem_usage_calc_gib": [r"Memory usage when calculating max tokens in paged kv cache: " + N + r" ?GiB"],
+}
+KV_LINE = re.compile(r"paged KV cache|k/v cache|Available KV cache memory|available_kv_cache_memory|GPU KV cache size|blocks: [0-9]|reserved for KV Cache|kv_cache_size=|"
                      r"KV Cache is allocated|max_total_num_tokens=|Maximum concurrency")
 TS = re.compile(r"^\S*\s*|\d\d:\d\d:\d\d[,.]?\d*|\d\d-\d\d|pid=\d+|TP\d+|\[[\w./]+:\d+\]")
 
@@ -127,7 +142,10 @@ def check_types(rec, spec, errors, where):
 
 def release(rec):
     v = rec.get("engine_version") or rec.get("vllm_version")
-    return v if v else "unknown"
+    if v:
+        return v
+    inf = rec.get("engine_version_inferred")
+    return "~" + inf.split(" ")[0] if inf else "unknown"
 
 
 def main(argv):
@@ -181,7 +199,7 @@ def main(argv):
                         warnings.append(f"{where}: failed start without error_text")
                     if engine == "vllm" and rec.get("vllm_version") != rec.get("engine_version"):
                         errors.append(f"{where}: vllm_version != engine_version")
-                figs = {"vllm": VLLM_FIGS, "sglang": SGLANG_FIGS, "trtllm": {}}[engine]
+                figs = {"vllm": VLLM_FIGS, "sglang": SGLANG_FIGS, "trtllm": TRTLLM_FIGS}[engine]
                 check_figures(rec, figs, errors, where)
                 sig = tuple(sorted({TS.sub("", x).strip() for x in raw if KV_LINE.search(x)}))
                 if sig:
