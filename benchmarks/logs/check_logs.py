@@ -105,7 +105,8 @@ TRTLLM_FIGS = {
     "kv_bytes": [r"Allocate " + N + r" bytes for k/v cache"],
     "kv_alloc_gib": [r"Allocated " + N + r" GiB for max tokens in paged KV cache"],
     "num_blocks_primary": [r"Number of blocks in KV cache primary pool: " + N],
-    "mem_usage_calc_gib": [r"Memory usage when calculating max tokens in paged kv cache: " + N + r" ?GiB"],
+    "total_gib": [r"Memory usage when calculating max tokens in paged kv cache: total: " + N + r" ?GiB"],
+    "available_gib": [r"Memory usage when calculating max tokens in paged kv cache: total: [0-9.]+ ?GiB, available: " + N + r" ?GiB"],
 }
 KV_LINE = re.compile(r"paged KV cache|k/v cache|Available KV cache memory|available_kv_cache_memory|GPU KV cache size|blocks: [0-9]|reserved for KV Cache|kv_cache_size=|"
                      r"KV Cache is allocated|max_total_num_tokens=|Maximum concurrency")
