@@ -80,9 +80,10 @@ VLLM_FIGS = {
     "total_gpu_memory_gib": [r"total_gpu_memory[= ]\(?" + N + r" ?GiB", r"total_gpu_memory\s+" + N + r" ?GiB", r"total_memory=" + N + r" ?GiB",
                              r"Free memory on device \([0-9.]+/" + N + r" GiB\)"],
     "activation_peak_gib": [r"torch peak memory increase: " + N + r" ?GiB", r"activation peak memory takes " + N + r" ?GiB",
-                            r"PyTorch activation peak memory\s+" + N + r" ?GiB"],
+                            r"PyTorch activation peak memory\s+" + N + r" ?GiB", N + r" GiB for peak activation"],
     "non_torch_gib": [r"non-torch forward increase memory: " + N + r" ?GiB", r"non_torch_memory takes " + N + r" ?GiB",
-                      r"non_torch_memory=" + N + r" ?GiB", r"non_torch_memory\s+" + N + r" ?GiB"],
+                      r"non_torch_memory=" + N + r" ?GiB", r"non_torch_memory\s+" + N + r" ?GiB",
+                      N + r" GiB for non-torch memory"],
 }
 SGLANG_FIGS = {
     "weights_mem_usage_gb": [r"Load weight end\..*?mem usage=" + N + r" GB"],
