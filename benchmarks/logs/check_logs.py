@@ -147,7 +147,7 @@ def release(rec):
     if v:
         return v
     inf = rec.get("engine_version_inferred")
-    return "~" + inf.split(" ")[0] if inf else "unknown"
+    return "~" + inf.split(" ")[0].lstrip("~") if inf else "unknown"
 
 
 def main(argv):
