@@ -17,7 +17,7 @@ from kvplan.engines.vllm_memory import weights_per_stage
 from kvplan.errors import InputError
 from kvplan.hardware.gpus import GpuSpec
 from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
-from kvplan.model.specs import ModelSpec, SlidingWindowSpec
+from kvplan.model.specs import LayerKind, ModelSpec
 from kvplan.units import GiB
 
 # Memory CUDA, the context and NCCL take before SGLang measures "free before load": vLLM 0.19 logs 0.51 GiB of
@@ -25,6 +25,20 @@ from kvplan.units import GiB
 CONTEXT_BYTES = round(0.51 * GiB)
 SWA_FULL_TOKENS_RATIO = 0.8
 DEFAULT_MEM_FRACTION_STATIC = 0.9
+
+# Which of SGLang's token pools holds a layer's per-token KV: "full", "swa" (the sliding-window pool), or None
+# for layers with no per-token KV. Llama 4's chunked layers are counted in the full pool and Mamba /
+# DeltaNet state in none: SGLang's hybrid chunk pool and its state pool are not modelled.
+KIND_RULES: dict[LayerKind, str | None] = {
+    LayerKind.FULL_ATTENTION: "full",
+    LayerKind.SLIDING_WINDOW: "swa",
+    LayerKind.CHUNKED_LOCAL: "full",
+    LayerKind.MLA: "full",
+    LayerKind.MAMBA: None,
+    LayerKind.LINEAR_ATTENTION: None,
+    LayerKind.SHARED_KV: None,
+    LayerKind.NO_CACHE: None,
+}
 
 
 @dataclass(frozen=True)
@@ -68,8 +82,8 @@ def plan_sglang(
     weights = weights_per_stage(model, dtype=dtype, tp=tp, pp=1, quantization=None, checkpoint_bytes=checkpoint_bytes)[0][0]
     free_before = gpu.total_memory_bytes - CONTEXT_BYTES
     rest = free_before - weights - round(free_before * (1 - fraction))
-    full = sum(s.kv_bytes_per_token(kv, tp) for s in model.layers if s.has_cache and not isinstance(s, SlidingWindowSpec))
-    swa = sum(s.kv_bytes_per_token(kv, tp) for s in model.layers if isinstance(s, SlidingWindowSpec))
+    full = sum(s.kv_bytes_per_token(kv, tp) for s in model.layers if KIND_RULES[s.kind] == "full")
+    swa = sum(s.kv_bytes_per_token(kv, tp) for s in model.layers if KIND_RULES[s.kind] == "swa")
     per_full_token = full + SWA_FULL_TOKENS_RATIO * swa
     if per_full_token <= 0:
         raise InputError(f"{model.name} has no attention KV cache for SGLang's token pool")
