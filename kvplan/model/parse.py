@@ -1,6 +1,8 @@
 """Hugging Face config.json (or Meta params.json) -> ModelSpec with one frozen spec per layer.
 
-Pure: a dict in, a ModelSpec out. Anything not understood, missing or self-contradictory raises a
+The config is read once into a Geometry (geometry.py); each layer's spec is built from it by its kind
+(SPEC_BUILDERS) and the parameter count (params.py) is taken from the same record. Pure: a dict in, a
+ModelSpec out. Anything not understood, missing or self-contradictory raises a
 ConfigError naming the key; nothing is guessed silently (a default the model class documents is applied
 and recorded in the notes).
 """
@@ -58,6 +60,7 @@ _SIZING_KEYS = frozenset(
 # The text model a multimodal config nests under text_config when the nested dict names no model_type.
 _TEXT_TYPES = {"gemma3": "gemma3_text", "gemma3n": "gemma3n_text", "llama4": "llama4_text", "mistral3": "mistral",
                "llava": "llama", "llava_next": "llama"}
+
 
 @lru_cache(maxsize=1)
 def _hf_defaults() -> dict[str, dict[str, Any]]:

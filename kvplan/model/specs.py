@@ -1,8 +1,11 @@
-"""Frozen per-layer cache specs and the model description they make up.
+"""Frozen per-layer cache specs, one class per LayerKind, and the model description they make up.
 
 One small frozen dataclass per kind of layer (vLLM's pattern): each says how many bytes one token costs
 on one tensor-parallel rank, how many tokens a request keeps resident, and what constant state it holds.
-The planner never branches on model families, only on these specs, so hybrids fall out of the same code.
+The classes are siblings (shared fields sit in bases nothing dispatches on), each stating its `kind`;
+consumers look that kind up in their rule tables (kvplan/kind_tables.py), so a new kind cannot fall
+silently into another kind's branch. The planner never branches on model families, only on these specs,
+so hybrids fall out of the same code.
 """
 
 from __future__ import annotations
