@@ -93,11 +93,6 @@ class Geometry:
         return len(self.layer_kinds)
 
     @property
-    def num_kv_heads(self) -> int:
-        """The most KV heads of any layer (the figure a single-number summary shows)."""
-        return max(self.kv_heads)
-
-    @property
     def intermediate_size(self) -> int | None:
         """The widest layer's MLP (Gemma 3n lists one per layer), None where the config states none."""
         return max(self.intermediate_sizes) if self.intermediate_sizes else None
