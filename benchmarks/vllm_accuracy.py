@@ -248,7 +248,7 @@ def fit_split(cases: list[Case]) -> tuple[list[Case], list[Case]]:
     """The activation fit's train and held-out logs: dense models with a logged peak, every other model
     (sorted by name) in training and the rest held out, so no held-out model was seen by the fit."""
     usable = [c for c in cases if c.model is not None and c.row["activation_peak_gib"] is not None
-              and not c.model.get_extra("num_experts")]
+              and c.model.geometry.moe is None]
     models = sorted({c.row["model"] for c in usable})
     train_models = set(models[::2])
     return ([c for c in usable if c.row["model"] in train_models],

@@ -79,7 +79,7 @@ def test_the_best_fix_replayed_as_flags_fits(runner):
         (["--gpu", ""], "--gpu is empty"),
         (["--gpu-mem", "lots"], "--gpu-mem: cannot read 'lots' as a size"),
         (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization 1.5: must be in (0, 1]"),
-        (["--dtype", "fp64"], "unknown dtype 'fp64'"),
+        (["--dtype", "fp64"], "--dtype fp64: is not a dtype engines serve in"),
         (["--batch", "0"], "--batch 0: must be between 1 and"),
         (["--batch", "9" * 400], "--batch"),
         (["--seq", "9" * 400], "--max-model-len"),

@@ -9,7 +9,7 @@ import pytest
 from kvplan.errors import ConfigError
 from kvplan.model.dtypes import BFLOAT16, FLOAT16
 from kvplan.model.parse import parse_config
-from kvplan.model.specs import FullAttentionSpec, MLASpec, SharedKVSpec, SlidingWindowSpec, StateSpec
+from kvplan.model.specs import FullAttentionSpec, MambaSpec, MLASpec, SharedKVSpec, SlidingWindowSpec
 from kvplan.sources import library
 from tests.factories import llama_config
 
@@ -93,7 +93,7 @@ def test_jamba_attention_period_and_mamba1_state() -> None:
     assert per_layer == 311_296
     assert _state(model) == 7 * per_layer
     state = model.layers[0]
-    assert isinstance(state, StateSpec) and [t.shape for t in state.tensors] == [(8192, 3), (8192, 16)]
+    assert isinstance(state, MambaSpec) and [t.shape for t in state.tensors] == [(8192, 3), (8192, 16)]
 
 
 def test_jamba_offset_beyond_period_names_the_key() -> None:

@@ -13,7 +13,7 @@ from typing import ClassVar, Protocol
 
 from kvplan.errors import FieldError, InputError
 from kvplan.hardware.gpus import GpuSpec
-from kvplan.model.dtypes import KV_DTYPE_CHOICES, resolve_kv_dtype
+from kvplan.model.dtypes import KV_DTYPE_CHOICES, resolve_kv_dtype, served_dtype
 from kvplan.model.specs import ModelSpec
 
 # Bounds far beyond any real deployment; a value past them is a typo or an attack, and would only make the
@@ -93,6 +93,16 @@ class WeightsChoice:
     cpu_offload_bytes: int = 0  # weights kept in CPU memory per GPU (vLLM --cpu-offload-gb)
 
     def validate(self) -> None:
+        if self.dtype is not None:
+            try:
+                served_dtype(self.dtype)
+            except InputError:
+                raise FieldError(
+                    "weights.dtype",
+                    "is not a dtype engines serve in (auto, float16, bfloat16, float32); for fp8 weights set the "
+                    "quantization to fp8, for an fp8 KV cache the KV cache dtype",
+                    self.dtype,
+                ) from None
         if self.checkpoint_bytes is not None:
             check_int("weights.checkpoint_bytes", self.checkpoint_bytes, 1, 1 << 50)
         check_int("weights.cpu_offload_bytes", self.cpu_offload_bytes, 0, 1 << 50)

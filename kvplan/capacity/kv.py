@@ -7,11 +7,12 @@ full blocks of a prefix shared by the whole batch stored once when prefix cachin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvplan.errors import InputError
 from kvplan.model.dtypes import KvDtype
-from kvplan.model.specs import LayerSpec, ModelSpec
+from kvplan.model.specs import LayerKind, LayerSpec, ModelSpec
 from kvplan.units import cdiv
 
 
@@ -135,19 +136,39 @@ class KvEstimate:
         return self.request.batch * self.model_contiguous_bytes_per_request
 
 
-def _paged_tokens(spec: LayerSpec, seq_tokens: int, block_size: int) -> int:
-    """Tokens' worth of whole blocks one request holds in a layer.
+def _whole_blocks(resident: int, seq_tokens: int, block_size: int) -> int:
+    """cdiv(resident, B) blocks: a full-attention request of 100 tokens in blocks of 16 holds 7 = 112 tokens."""
+    return cdiv(resident, block_size)
 
-    Full attention: cdiv(seq, B) blocks. A sliding window of W tokens that starts mid-block spans one
-    block more than cdiv(W, B): W=128, B=16 at seq=130 holds tokens 3..130 in blocks 0..8, nine blocks.
-    """
-    resident = spec.resident_tokens(seq_tokens)
-    if resident == 0:
-        return 0
+
+def _sliding_blocks(resident: int, seq_tokens: int, block_size: int) -> int:
+    """A window of W tokens that starts mid-block spans one block more than cdiv(W, B): W=128, B=16 at
+    seq=130 holds tokens 3..130 in blocks 0..8, nine blocks (never more than the whole request's)."""
     blocks = cdiv(resident, block_size)
-    if resident < seq_tokens and spec.kind == "sliding_window":
+    if resident < seq_tokens:
         blocks = min(cdiv(seq_tokens, block_size), blocks + 1)
-    return blocks * block_size
+    return blocks
+
+
+# Whole blocks one request holds in a layer of each kind, given its resident tokens. Only a sliding window
+# moves token by token; a chunk starts at a multiple of its size (Llama 4: 8,192 = 512 blocks of 16), so
+# it is counted as whole blocks of its resident tokens.
+KIND_RULES: dict[LayerKind, Callable[[int, int, int], int]] = {
+    LayerKind.FULL_ATTENTION: _whole_blocks,
+    LayerKind.SLIDING_WINDOW: _sliding_blocks,
+    LayerKind.CHUNKED_LOCAL: _whole_blocks,
+    LayerKind.MLA: _whole_blocks,
+    LayerKind.MAMBA: _whole_blocks,  # no tokens resident: zero blocks (the state is counted apart)
+    LayerKind.LINEAR_ATTENTION: _whole_blocks,
+    LayerKind.SHARED_KV: _whole_blocks,
+    LayerKind.NO_CACHE: _whole_blocks,
+}
+
+
+def _paged_tokens(spec: LayerSpec, seq_tokens: int, block_size: int) -> int:
+    """Tokens' worth of whole blocks one request holds in a layer."""
+    resident = spec.resident_tokens(seq_tokens)
+    return KIND_RULES[spec.kind](resident, seq_tokens, block_size) * block_size
 
 
 def _kinds_for(counts: dict[LayerSpec, int], kv: KvDtype, req: KvRequest, tp: int) -> tuple[KindKv, ...]:

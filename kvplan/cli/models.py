@@ -46,7 +46,7 @@ def model_row(name: str, model: ModelSpec) -> ModelRow:
         name=name,
         family=model.family,
         model_type=model.model_type,
-        kinds=model.layer_kinds(),
+        kinds={str(kind): n for kind, n in model.layer_kinds().items()},
         layers=model.num_layers,
         kv_heads=heads,
         dtype=dtype,

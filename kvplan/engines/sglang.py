@@ -23,7 +23,7 @@ from kvplan.engines.vllm_engine import tp_refusal
 from kvplan.engines.vllm_memory import WeightSplit, weights_per_stage
 from kvplan.errors import FieldError
 from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
-from kvplan.model.specs import ModelSpec, SlidingWindowSpec, StateSpec
+from kvplan.model.specs import LayerKind, ModelSpec
 from kvplan.units import GiB, MiB, cdiv
 
 SGLANG_VERSIONS = ("current",)
@@ -109,19 +109,35 @@ def _attention_tp(p: Parallelism) -> int:
     return p.tp // p.dp if p.dp_attention else p.tp
 
 
+# Which of SGLang's pools holds a layer: "full" tokens, "swa" (the sliding-window pool), "state" (one Mamba /
+# DeltaNet slot per request), or None for layers with nothing of their own. Llama 4's chunked layers are
+# counted in the full pool: SGLang's chunked-attention pool is not modelled.
+KIND_RULES: dict[LayerKind, str | None] = {
+    LayerKind.FULL_ATTENTION: "full",
+    LayerKind.SLIDING_WINDOW: "swa",
+    LayerKind.CHUNKED_LOCAL: "full",
+    LayerKind.MLA: "full",
+    LayerKind.MAMBA: "state",
+    LayerKind.LINEAR_ATTENTION: "state",
+    LayerKind.SHARED_KV: None,
+    LayerKind.NO_CACHE: None,
+}
+
+
 def _cells(model: ModelSpec, layers: range, kv_name: str, dtype: str, attn_tp: int) -> tuple[int, int, int, int]:
     """(full cell bytes, sliding cell bytes, state bytes per request, sliding window) over `layers` on one rank."""
     kv = resolve_kv_dtype(kv_name, dtype)
-    full = swa = state = window = 0
+    sums = {"full": 0, "swa": 0, "state": 0}
+    window = 0
     for spec, n in model.spec_counts(layers).items():
-        if isinstance(spec, StateSpec):
-            state += n * spec.state_bytes(attn_tp)
-        elif isinstance(spec, SlidingWindowSpec):
-            swa += n * spec.kv_bytes_per_token(kv, attn_tp)
-            window = max(window, spec.sliding_window)
-        elif spec.has_cache:
-            full += n * spec.kv_bytes_per_token(kv, attn_tp)
-    return full, swa, state, window
+        pool = KIND_RULES[spec.kind]
+        if pool == "state":
+            sums["state"] += n * spec.state_bytes(attn_tp)
+        elif pool is not None:
+            sums[pool] += n * spec.kv_bytes_per_token(kv, attn_tp)
+        if pool == "swa":
+            window = max(window, spec.window_tokens or 0)
+    return sums["full"], sums["swa"], sums["state"], window
 
 
 @dataclass(frozen=True)

@@ -16,24 +16,16 @@ No paging and no tensor parallelism; everything is per layer, in the dtype the m
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.capacity.weights import estimate_weights
 from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal
 from kvplan.errors import FieldError, InputError
 from kvplan.model.dtypes import serving_dtype, weight_dtype_bytes
-from kvplan.model.specs import (
-    ChunkedLocalAttentionSpec,
-    FullAttentionSpec,
-    LayerSpec,
-    MLASpec,
-    ModelSpec,
-    SlidingWindowSpec,
-    StateSpec,
-    StateTensor,
-)
+from kvplan.model.specs import AttentionSpec, LayerKind, LayerSpec, MLASpec, ModelSpec, StateSpec, StateTensor
 from kvplan.units import fmt_gib
 
 CACHE_KINDS = ("dynamic", "static")
@@ -63,15 +55,6 @@ class HfCacheEstimate:
         return sum(layer.bytes for layer in self.layers)
 
 
-def _window(spec: FullAttentionSpec) -> int | None:
-    """The window of a sliding or chunked layer (Transformers caches both alike), None for a full one."""
-    if isinstance(spec, ChunkedLocalAttentionSpec):
-        return spec.attention_chunk_size
-    if isinstance(spec, SlidingWindowSpec):
-        return spec.sliding_window
-    return None
-
-
 def _resident(window: int | None, cache: str, seq_tokens: int, max_cache_len: int) -> int:
     if window is None:
         return seq_tokens if cache == "dynamic" else max_cache_len
@@ -96,21 +79,53 @@ def _state_tensor_bytes(t: StateTensor, elem_bytes: int) -> int:
     return count * weight_dtype_bytes(_RECURRENT_STATE_DTYPE)
 
 
-def _layer_bytes(
-    i: int, spec: LayerSpec, cache: str, seq_tokens: int, max_len: int, batch: int, elem: int
-) -> HfLayerBytes:
-    if isinstance(spec, StateSpec):
-        per_request = sum(_state_tensor_bytes(t, elem) for t in spec.tensors)
-        return HfLayerBytes(i, spec.kind, 0, batch * per_request)
-    if isinstance(spec, MLASpec):
-        # DeepSeek-V2-Lite: (512 + 64) x 2 B = 1,152 B per token, one "head", no K/V factor of two.
-        tokens = _resident(None, cache, seq_tokens, max_len)
-        return HfLayerBytes(i, spec.kind, tokens, batch * tokens * spec.latent_dim * elem)
-    if isinstance(spec, FullAttentionSpec):
-        tokens = _resident(_window(spec), cache, seq_tokens, max_len)
-        per_token = spec.num_kv_heads * (spec.head_dim + spec.v_dim) * elem
-        return HfLayerBytes(i, spec.kind, tokens, batch * tokens * per_token)
-    raise InputError(f"the transformers engine does not model {spec.kind} layers (layer {i}); use --engine vllm")
+@dataclass(frozen=True)
+class _Shape:
+    """One layer's cache request: which layer, how long the run is, how many requests, bytes per element."""
+
+    layer: int
+    cache: str
+    seq_tokens: int
+    max_len: int
+    batch: int
+    elem: int
+
+
+def _kv(spec: LayerSpec, s: _Shape) -> HfLayerBytes:
+    """K and V of every KV head; a sliding or chunked layer keeps its window (one cache class for both)."""
+    attn = cast(AttentionSpec, spec)  # the table sends only the attention kinds here
+    tokens = _resident(attn.window_tokens, s.cache, s.seq_tokens, s.max_len)
+    per_token = attn.num_kv_heads * (attn.head_dim + attn.v_dim) * s.elem
+    return HfLayerBytes(s.layer, spec.kind, tokens, s.batch * tokens * per_token)
+
+
+def _latent(spec: LayerSpec, s: _Shape) -> HfLayerBytes:
+    """DeepSeek-V2-Lite: (512 + 64) x 2 B = 1,152 B per token, one "head", no K/V factor of two."""
+    mla = cast(MLASpec, spec)
+    tokens = _resident(None, s.cache, s.seq_tokens, s.max_len)
+    return HfLayerBytes(s.layer, spec.kind, tokens, s.batch * tokens * mla.latent_dim * s.elem)
+
+
+def _state(spec: LayerSpec, s: _Shape) -> HfLayerBytes:
+    per_request = sum(_state_tensor_bytes(t, s.elem) for t in cast(StateSpec, spec).tensors)
+    return HfLayerBytes(s.layer, spec.kind, 0, s.batch * per_request)
+
+
+def _nothing(spec: LayerSpec, s: _Shape) -> None:
+    return None  # DummyLayer: MLP/MoE-only and KV-shared layers cache nothing
+
+
+# What Transformers' cache holds for each layer kind (None: the layer adds nothing).
+KIND_RULES: dict[LayerKind, Callable[[LayerSpec, _Shape], HfLayerBytes | None]] = {
+    LayerKind.FULL_ATTENTION: _kv,
+    LayerKind.SLIDING_WINDOW: _kv,
+    LayerKind.CHUNKED_LOCAL: _kv,
+    LayerKind.MLA: _latent,
+    LayerKind.MAMBA: _state,
+    LayerKind.LINEAR_ATTENTION: _state,
+    LayerKind.SHARED_KV: _nothing,
+    LayerKind.NO_CACHE: _nothing,
+}
 
 
 def hf_cache_bytes(
@@ -134,12 +149,9 @@ def hf_cache_bytes(
     max_len = max_cache_len or seq_tokens
     if cache == "static" and seq_tokens > max_len:
         raise InputError(f"--seq {seq_tokens} exceeds the StaticCache max_cache_len {max_len}")
-    out = tuple(
-        _layer_bytes(i, spec, cache, seq_tokens, max_len, batch, elem)
-        for i, spec in enumerate(model.layers)
-        if spec.has_cache
-    )
-    return HfCacheEstimate(cache, batch, seq_tokens, dtype, out)
+    rows = (KIND_RULES[spec.kind](spec, _Shape(i, cache, seq_tokens, max_len, batch, elem))
+            for i, spec in enumerate(model.layers))
+    return HfCacheEstimate(cache, batch, seq_tokens, dtype, tuple(r for r in rows if r is not None))
 
 
 @dataclass(frozen=True)

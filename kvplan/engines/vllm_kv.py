@@ -8,17 +8,12 @@ an equal number of layers so that every group's block costs the same bytes; one 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvplan.errors import InputError
 from kvplan.model.dtypes import KvDtype
-from kvplan.model.specs import (
-    ChunkedLocalAttentionSpec,
-    LayerSpec,
-    MLASpec,
-    SlidingWindowSpec,
-    StateSpec,
-)
+from kvplan.model.specs import LayerKind, LayerSpec
 from kvplan.units import cdiv
 
 # Attention kernels need block sizes in multiples of 16 tokens; vLLM raises a Mamba hybrid's attention
@@ -85,20 +80,38 @@ def _group_blocks(g: KvGroup, block_size: int, max_model_len: int, batched: int)
     return cdiv(max_model_len, block_size)
 
 
+def _attention(vllm_kind: str) -> Callable[[LayerSpec, KvDtype, int], VllmLayerSpec | None]:
+    """A token-caching layer as vLLM's spec of `vllm_kind`; windows and chunks carry their length."""
+    def spec(layer: LayerSpec, kv: KvDtype, tp: int) -> VllmLayerSpec:
+        return VllmLayerSpec(vllm_kind, layer.kv_bytes_per_token(kv, tp), window_tokens=layer.window_tokens or 0)
+    return spec
+
+
+def _state(layer: LayerSpec, kv: KvDtype, tp: int) -> VllmLayerSpec:
+    """vLLM caches Mamba and gated DeltaNet alike (MambaSpec): one constant page of state per request."""
+    return VllmLayerSpec("mamba", 0, state_bytes=layer.state_bytes(tp))
+
+
+def _nothing(layer: LayerSpec, kv: KvDtype, tp: int) -> None:
+    return None
+
+
+# vLLM's KV cache spec for each layer kind (None: the layer gets no KV cache tensor).
+KIND_RULES: dict[LayerKind, Callable[[LayerSpec, KvDtype, int], VllmLayerSpec | None]] = {
+    LayerKind.FULL_ATTENTION: _attention("full_attention"),
+    LayerKind.SLIDING_WINDOW: _attention("sliding_window"),
+    LayerKind.CHUNKED_LOCAL: _attention("chunked_local"),
+    LayerKind.MLA: _attention("mla"),
+    LayerKind.MAMBA: _state,
+    LayerKind.LINEAR_ATTENTION: _state,
+    LayerKind.SHARED_KV: _nothing,  # reads the KV of the layer it shares
+    LayerKind.NO_CACHE: _nothing,
+}
+
+
 def vllm_layer_spec(spec: LayerSpec, kv: KvDtype, tp: int) -> VllmLayerSpec | None:
     """A kvplan layer spec -> vLLM's view on one rank; None for layers without a cache."""
-    if isinstance(spec, StateSpec):
-        return VllmLayerSpec("mamba", 0, state_bytes=spec.state_bytes(tp))
-    if not spec.has_cache:
-        return None
-    bpt = spec.kv_bytes_per_token(kv, tp)
-    if isinstance(spec, SlidingWindowSpec):
-        return VllmLayerSpec("sliding_window", bpt, window_tokens=spec.sliding_window)
-    if isinstance(spec, ChunkedLocalAttentionSpec):
-        return VllmLayerSpec("chunked_local", bpt, window_tokens=spec.attention_chunk_size)
-    if isinstance(spec, MLASpec):
-        return VllmLayerSpec("mla", bpt)
-    return VllmLayerSpec("full_attention", bpt)
+    return KIND_RULES[spec.kind](spec, kv, tp)
 
 
 def _attention_block_size(specs: list[VllmLayerSpec], block_size: int, user_set: bool) -> int:

@@ -16,7 +16,7 @@ from kvplan.capacity.kv import pp_stage_layers
 from kvplan.capacity.weights import runtime_quant
 from kvplan.model.dtypes import weight_dtype_bytes
 from kvplan.model.quant import group_weight_bytes
-from kvplan.model.specs import MLASpec, ModelSpec, ParamGroup, QuantSpec
+from kvplan.model.specs import ModelSpec, ParamGroup, QuantSpec
 from kvplan.units import GiB, cdiv
 
 # VocabParallelEmbedding / ParallelLMHead pad the vocabulary to a multiple of 64 before splitting it over
@@ -121,9 +121,7 @@ def rotary_cache_bytes(model: ModelSpec, elem: int) -> int:
     """
     if model.model_type in _NO_ROPE or not model.max_position_embeddings:
         return 0
-    first = model.layers[0] if model.layers else None
-    rotary_dim = first.qk_rope_head_dim if isinstance(first, MLASpec) else int(model.get_extra("head_dim") or 0)
-    return model.max_position_embeddings * rotary_dim * elem
+    return model.max_position_embeddings * model.geometry.rotary_dim * elem
 
 
 def checkpoint_scale(model: ModelSpec, checkpoint_bytes: int | None) -> float:
@@ -153,7 +151,7 @@ def weights_per_stage(
     elem = weight_dtype_bytes(dtype)
     quant = model.quant or (runtime_quant(quantization) if quantization else None)
     stages = pp_stage_layers(model.num_layers, pp)
-    tied = bool(model.get_extra("tie_word_embeddings", False))
+    tied = model.geometry.tie_word_embeddings
     rope = rotary_cache_bytes(model, elem)
     scale = checkpoint_scale(model, checkpoint_bytes)
     out = []
@@ -184,12 +182,11 @@ def moe_workspace_bytes(model: ModelSpec, *, dtype: str, tp: int, max_num_batche
     x 2 B = 0.50 GiB, the gap between its logged peak (2.68 GiB) and its sampler peak (2.21 GiB). gpt-oss's
     mxfp4 experts run OpenAI's Triton kernels instead, which take no such workspace: 0 for them.
     """
-    experts, top_k = model.get_extra("num_experts") or 0, model.get_extra("num_experts_per_tok") or 0
-    if not experts or not top_k or (model.quant is not None and model.quant.method == "mxfp4"):
+    moe = model.geometry.moe
+    if moe is None or not moe.experts_per_token or (model.quant is not None and model.quant.method == "mxfp4"):
         return 0
-    width = int(model.get_extra("moe_intermediate_size") or model.intermediate_size or 0)
-    inter = cdiv(width, tp)
-    rows = max_num_batched_tokens * int(top_k)
+    inter = cdiv(moe.expert_intermediate_size, tp)
+    rows = max_num_batched_tokens * moe.experts_per_token
     return rows * (max(inter, model.hidden_size) + max(2 * inter, model.hidden_size)) * weight_dtype_bytes(dtype)
 
 

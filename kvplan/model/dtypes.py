@@ -125,11 +125,32 @@ def serving_dtype(config_dtype: str | None) -> str:
     return name
 
 
+# The dtypes an engine computes in. vLLM's and SGLang's --dtype accept auto, half, float16, bfloat16, float and
+# float32, nothing 8-bit: an fp8 checkpoint is a quantization (its scales and kernels come with it) served in
+# bf16/fp16 activations, and an fp8 cache is a KV dtype. So `--dtype fp8` is refused as vLLM refuses it,
+# rather than read as "weights and, through 'auto', the KV cache in fp8".
+_SERVED_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def served_dtype(name: str) -> str:
+    """The dtype a model is served (computed) in, normalized: 'bf16' -> 'bfloat16'. fp8 is refused, naming
+    the fields that do give fp8 weights or an fp8 cache."""
+    key = normalize_weight_dtype(name)
+    if key not in _SERVED_DTYPES:
+        raise InputError(
+            f"dtype '{name}' is not one engines serve in (vLLM's --dtype: auto, half, float16, bfloat16, float, "
+            "float32); for fp8 weights use --quantization fp8, for an fp8 KV cache --kv-cache-dtype fp8"
+        )
+    return key
+
+
 def resolve_kv_dtype(name: str, model_dtype: str) -> KvDtype:
-    """`--kv-cache-dtype` value -> KvDtype. 'auto' means the dtype the model is served in."""
+    """`--kv-cache-dtype` value -> KvDtype. 'auto' means the dtype the model is served in, `model_dtype`,
+    which must be one an engine serves in (served_dtype)."""
+    served = served_dtype(model_dtype)
     key = str(name).strip().lower()
     if key == "auto":
-        key = normalize_weight_dtype(model_dtype)
+        key = served
     if key not in _KV_ALIASES:
         raise InputError(
             f"unknown KV cache dtype '{name}'; use one of {', '.join(KV_DTYPE_CHOICES)}"

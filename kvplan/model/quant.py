@@ -40,7 +40,8 @@ def parse_quant(qc: Any, hf_quant: Any, source: str, dtype_bytes: int = 2) -> Qu
         static = qc.get("activation_scheme") == "static"
         if block is not None:
             if not (isinstance(block, list) and len(block) == 2 and all(_pos_int(b) for b in block)):
-                raise ConfigError("quantization_config.weight_block_size", f"must be [rows, cols], got {block!r}", source)
+                raise ConfigError("quantization_config.weight_block_size", f"must be [rows, cols], got {block!r}",
+                                  source)
             return QuantSpec("fp8", 8, block_shape=(block[0], block[1]), scale_bytes=4, excluded=skip,
                              note=f"fp8 with one fp32 scale per {block[0]}x{block[1]} block")
         return QuantSpec("fp8", 8, scale_bytes=8 if static else 4, excluded=skip,

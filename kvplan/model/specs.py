@@ -1,16 +1,22 @@
-"""Frozen per-layer cache specs and the model description they make up.
+"""Frozen per-layer cache specs, one class per LayerKind, and the model description they make up.
 
 One small frozen dataclass per kind of layer (vLLM's pattern): each says how many bytes one token costs
 on one tensor-parallel rank, how many tokens a request keeps resident, and what constant state it holds.
-The planner never branches on model families, only on these specs, so hybrids fall out of the same code.
+The classes are siblings (shared fields sit in bases nothing dispatches on), each stating its `kind`;
+consumers look that kind up in their rule tables (kvplan/kind_tables.py), so a new kind cannot fall
+silently into another kind's branch. The planner never branches on model families, only on these specs,
+so hybrids fall out of the same code.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from kvplan.model.dtypes import KvDtype, weight_dtype_bytes
+from kvplan.model.geometry import Geometry
+from kvplan.model.kinds import LayerKind
 from kvplan.units import cdiv
 
 
@@ -24,9 +30,10 @@ def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
 
 @dataclass(frozen=True)
 class LayerSpec:
-    """Base: a layer with no cache of its own (an MLP-only or MoE-only layer of a hybrid stack)."""
+    """What every layer spec answers, whatever its kind. Abstract: nothing is ever an instance of it alone,
+    and consumers dispatch on `kind` through their rule tables, never with isinstance on a base class."""
 
-    kind = "none"
+    kind: ClassVar[LayerKind]
 
     def kv_bytes_per_token(self, kv: KvDtype, tp: int = 1) -> int:
         """Bytes one token adds to this layer's cache on one TP rank."""
@@ -41,7 +48,13 @@ class LayerSpec:
         return 0
 
     @property
+    def window_tokens(self) -> int | None:
+        """The most tokens a request keeps however long it runs (a window or chunk); None if unbounded."""
+        return None
+
+    @property
     def has_cache(self) -> bool:
+        """Whether the layer stores anything per request (tokens or state)."""
         return True
 
 
@@ -49,7 +62,7 @@ class LayerSpec:
 class NoCacheSpec(LayerSpec):
     """A layer that stores nothing per request (Nemotron-H's MLP and MoE layers)."""
 
-    kind = "none"
+    kind: ClassVar[LayerKind] = LayerKind.NO_CACHE
 
     @property
     def has_cache(self) -> bool:
@@ -57,17 +70,16 @@ class NoCacheSpec(LayerSpec):
 
 
 @dataclass(frozen=True)
-class FullAttentionSpec(LayerSpec):
-    """Full causal attention, MHA / GQA / MQA: 2 * H_kv * D * b bytes per token (K and V).
+class AttentionSpec(LayerSpec):
+    """Fields and page arithmetic shared by the K/V attention kinds; never matched on (dispatch by kind).
 
-    Llama-2-7B: 32 KV heads * (128 + 128) * 2 B = 16,384 B per token per layer.
+    2 * H_kv * D * b bytes per token (K and V): Llama-2-7B, 32 KV heads * (128 + 128) * 2 B = 16,384 B per
+    token per layer.
     """
 
     num_kv_heads: int
     head_dim: int
     v_head_dim: int | None = None  # a V width different from K's (None: same as head_dim)
-
-    kind = "full_attention"
 
     @property
     def v_dim(self) -> int:
@@ -80,11 +92,19 @@ class FullAttentionSpec(LayerSpec):
         return self.kv_heads(tp) * (kv.vector_bytes(self.head_dim) + kv.vector_bytes(self.v_dim))
 
     def resident_tokens(self, seq_tokens: int) -> int:
-        return seq_tokens
+        window = self.window_tokens
+        return seq_tokens if window is None else min(seq_tokens, window)
 
 
 @dataclass(frozen=True)
-class SlidingWindowSpec(FullAttentionSpec):
+class FullAttentionSpec(AttentionSpec):
+    """Full causal attention, MHA / GQA / MQA: every token of the request stays resident."""
+
+    kind: ClassVar[LayerKind] = LayerKind.FULL_ATTENTION
+
+
+@dataclass(frozen=True)
+class SlidingWindowSpec(AttentionSpec):
     """Sliding-window attention: the same page as full attention, but only the last W tokens stay.
 
     gpt-oss-20b's sliding layers keep 128 tokens whatever the context.
@@ -92,22 +112,24 @@ class SlidingWindowSpec(FullAttentionSpec):
 
     sliding_window: int = 0
 
-    kind = "sliding_window"
+    kind: ClassVar[LayerKind] = LayerKind.SLIDING_WINDOW
 
-    def resident_tokens(self, seq_tokens: int) -> int:
-        return min(seq_tokens, self.sliding_window)
+    @property
+    def window_tokens(self) -> int | None:
+        return self.sliding_window
 
 
 @dataclass(frozen=True)
-class ChunkedLocalAttentionSpec(FullAttentionSpec):
+class ChunkedLocalAttentionSpec(AttentionSpec):
     """Chunked local attention (Llama 4): a token attends within its chunk, so one chunk stays resident."""
 
     attention_chunk_size: int = 0
 
-    kind = "chunked_local"
+    kind: ClassVar[LayerKind] = LayerKind.CHUNKED_LOCAL
 
-    def resident_tokens(self, seq_tokens: int) -> int:
-        return min(seq_tokens, self.attention_chunk_size)
+    @property
+    def window_tokens(self) -> int | None:
+        return self.attention_chunk_size
 
 
 @dataclass(frozen=True)
@@ -121,7 +143,7 @@ class MLASpec(LayerSpec):
     kv_lora_rank: int
     qk_rope_head_dim: int
 
-    kind = "mla"
+    kind: ClassVar[LayerKind] = LayerKind.MLA
 
     @property
     def latent_dim(self) -> int:
@@ -155,21 +177,30 @@ class StateTensor:
 
 @dataclass(frozen=True)
 class StateSpec(LayerSpec):
-    """A recurrent layer (Mamba/Mamba2, gated DeltaNet linear attention) holding constant state per request.
+    """Fields shared by the recurrent kinds: constant state tensors per request, whatever the sequence
+    length. Never matched on (dispatch by kind).
 
-    Nemotron-H-56B Mamba2 layer: conv (8192 + 2*8*128, 3) bf16 = 55,296 B and ssm (128, 64, 256)... per request,
-    whatever the sequence length.
+    Nemotron-H-56B Mamba2 layer: conv (8192 + 2*8*128, 3) bf16 = 55,296 B and ssm (128, 64, 256)... per request.
     """
 
     tensors: tuple[StateTensor, ...] = ()
-    state_kind: str = "mamba"  # "mamba" or "linear_attention"
-
-    @property
-    def kind(self) -> str:  # type: ignore[override]
-        return self.state_kind
 
     def state_bytes(self, tp: int = 1) -> int:
         return sum(t.bytes(tp) for t in self.tensors)
+
+
+@dataclass(frozen=True)
+class MambaSpec(StateSpec):
+    """A Mamba (v1, Jamba) or Mamba2 (Nemotron-H, Granite 4) layer: a conv state and an SSM state."""
+
+    kind: ClassVar[LayerKind] = LayerKind.MAMBA
+
+
+@dataclass(frozen=True)
+class LinearAttentionSpec(StateSpec):
+    """A gated DeltaNet linear-attention layer (Qwen3-Next): a conv state and a recurrent state."""
+
+    kind: ClassVar[LayerKind] = LayerKind.LINEAR_ATTENTION
 
 
 @dataclass(frozen=True)
@@ -178,11 +209,19 @@ class SharedKVSpec(LayerSpec):
 
     source_layer: int = 0
 
-    kind = "shared_kv"
+    kind: ClassVar[LayerKind] = LayerKind.SHARED_KV
 
     @property
     def has_cache(self) -> bool:
         return False
+
+
+# The one spec class of each kind, for the parser and for tests that every kind has a class.
+SPEC_CLASSES: dict[LayerKind, type[LayerSpec]] = {
+    cls.kind: cls
+    for cls in (FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec, MLASpec, MambaSpec,
+                LinearAttentionSpec, SharedKVSpec, NoCacheSpec)
+}
 
 
 @dataclass(frozen=True)
@@ -215,25 +254,45 @@ class ParamGroup:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Everything kvplan knows about a model, parsed once from its config. Pure data."""
+    """Everything kvplan knows about a model, parsed once from its config. Pure data.
+
+    The sizes of the model (widths, heads, experts, vocabulary) live in `geometry`, the one record both the
+    cache specs and the parameter count were built from; the properties below read it.
+    """
 
     name: str
     source: str  # where the config came from: "library:<file>", a path, or "hub:<repo>@<rev>"
     model_type: str
     architecture: str
     family: str
+    geometry: Geometry
     layers: tuple[LayerSpec, ...]
     dtype: str  # the config's torch_dtype, normalized ("bfloat16"); None-free: see config_dtype
     config_dtype: str | None
-    hidden_size: int
-    vocab_size: int
-    max_position_embeddings: int | None
-    num_attention_heads: int
-    intermediate_size: int | None = None
     param_groups: tuple[ParamGroup, ...] = ()
     quant: QuantSpec | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
-    extra: tuple[tuple[str, object], ...] = ()  # family-specific facts for engine models (read-only)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.geometry.hidden_size
+
+    @property
+    def vocab_size(self) -> int:
+        return self.geometry.vocab_size
+
+    @property
+    def max_position_embeddings(self) -> int | None:
+        return self.geometry.max_position_embeddings
+
+    @property
+    def num_attention_heads(self) -> int:
+        return self.geometry.num_attention_heads
+
+    @property
+    def intermediate_size(self) -> int | None:
+        """The MLP width; the widest layer's where the config lists one per layer (Gemma 3n)."""
+        return self.geometry.intermediate_size
 
     @property
     def num_layers(self) -> int:
@@ -258,12 +317,9 @@ class ModelSpec:
             memo[key] = counts
         return memo[key]
 
-    def layer_kinds(self) -> dict[str, int]:
+    def layer_kinds(self) -> dict[LayerKind, int]:
         """Count of layers per kind, in first-seen order: {'sliding_window': 12, 'full_attention': 12}."""
-        out: dict[str, int] = {}
+        out: dict[LayerKind, int] = {}
         for spec in self.layers:
             out[spec.kind] = out.get(spec.kind, 0) + 1
         return out
-
-    def get_extra(self, key: str, default: object = None) -> object:
-        return dict(self.extra).get(key, default)

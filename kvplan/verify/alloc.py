@@ -11,9 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
-from kvplan.model.specs import FullAttentionSpec, MLASpec, StateSpec, kv_heads_per_rank
+from kvplan.model.specs import (
+    AttentionSpec,
+    ChunkedLocalAttentionSpec,
+    LayerKind,
+    LayerSpec,
+    MLASpec,
+    SlidingWindowSpec,
+    StateSpec,
+    kv_heads_per_rank,
+)
 from kvplan.units import cdiv
 from kvplan.verify.device import torch_dtype
 from kvplan.verify.setup import LayerPlan, VerifySetup
@@ -150,15 +159,40 @@ class TokenCache:
         return values, mask.to(values[0].device), seen
 
 
-def _first_visible(plan: LayerPlan, pos: int) -> int:
-    """First position `pos` attends to: 0 for full attention, pos - W + 1 in a window of W, the chunk start."""
-    spec = plan.spec
-    if plan.kind == "sliding_window":
-        return max(0, pos - spec.sliding_window + 1)  # type: ignore[attr-defined]
-    if plan.kind == "chunked_local":
-        size = spec.attention_chunk_size  # type: ignore[attr-defined]
-        return pos - pos % size
+def _from_start(spec: LayerSpec, pos: int) -> int:
     return 0
+
+
+def _window_start(spec: LayerSpec, pos: int) -> int:
+    return max(0, pos - cast(SlidingWindowSpec, spec).sliding_window + 1)
+
+
+def _chunk_start(spec: LayerSpec, pos: int) -> int:
+    size = cast(ChunkedLocalAttentionSpec, spec).attention_chunk_size
+    return pos - pos % size
+
+
+def _attends_nothing(spec: LayerSpec, pos: int) -> int:
+    raise ValueError(f"a {spec.kind} layer attends over no cached tokens")
+
+
+# First position the token at `pos` attends to, per kind: 0 for full attention and MLA, pos - W + 1 in a
+# window of W, the chunk's start (pos 9,000 in chunks of 8,192 -> 8,192). Layers without tokens have none.
+FIRST_VISIBLE: dict[LayerKind, Callable[[LayerSpec, int], int]] = {
+    LayerKind.FULL_ATTENTION: _from_start,
+    LayerKind.SLIDING_WINDOW: _window_start,
+    LayerKind.CHUNKED_LOCAL: _chunk_start,
+    LayerKind.MLA: _from_start,
+    LayerKind.MAMBA: _attends_nothing,
+    LayerKind.LINEAR_ATTENTION: _attends_nothing,
+    LayerKind.SHARED_KV: _attends_nothing,
+    LayerKind.NO_CACHE: _attends_nothing,
+}
+
+
+def _first_visible(plan: LayerPlan, pos: int) -> int:
+    """First position `pos` attends to in this layer (FIRST_VISIBLE)."""
+    return FIRST_VISIBLE[plan.spec.kind](plan.spec, pos)
 
 
 @dataclass
@@ -191,36 +225,70 @@ def token_slots(plan: LayerPlan, layout: str) -> int:
     return plan.resident_tokens if layout == "contiguous" else plan.paged_tokens
 
 
+# Allocates one layer's cache for `batch` requests: (torch, setup, plan, device, batch) -> cache or None.
+Allocator = Callable[[ModuleType, VerifySetup, LayerPlan, Any, int], LayerCache | None]
+
+
+def _state_cache(torch: ModuleType, setup: VerifySetup, plan: LayerPlan, device: Any, batch: int) -> LayerCache | None:
+    """One [batch, *shape-per-rank] tensor per state tensor, in the state's own dtype."""
+    states = tuple(
+        _zeros(torch, (batch, *state_shape(t.shape, t.split_dim, setup.tp)), torch_dtype(torch, t.dtype), device)
+        for t in cast(StateSpec, plan.spec).tensors
+    )
+    return StateCache(plan, states) if states else None
+
+
+def _kv_stores(spec: LayerSpec, tp: int) -> tuple[tuple[int, int], ...]:
+    """K and V: (heads on this rank, width) each."""
+    attn = cast(AttentionSpec, spec)
+    heads = kv_heads_per_rank(attn.num_kv_heads, tp)
+    return ((heads, attn.head_dim), (heads, attn.v_dim))
+
+
+def _latent_store(spec: LayerSpec, tp: int) -> tuple[tuple[int, int], ...]:
+    """MLA: one latent, the same on every rank."""
+    return ((1, cast(MLASpec, spec).latent_dim),)
+
+
+def _token_cache(stores_of: Callable[[LayerSpec, int], tuple[tuple[int, int], ...]]) -> Allocator:
+    """An allocator of per-token stores (contiguous or paged) shaped by `stores_of`."""
+    def allocate_tokens(torch: ModuleType, setup: VerifySetup, plan: LayerPlan, device: Any,
+                        batch: int) -> LayerCache | None:
+        if plan.resident_tokens == 0:
+            return None
+        layout, block_size = setup.layout, setup.estimate.request.block_size
+        slots = token_slots(plan, layout)
+        stores = tuple(
+            TokenStore(torch, layout=layout, batch=batch, heads=heads, dim=dim, slots=slots, block_size=block_size,
+                       fmt=storage_format(torch, setup.kv_dtype, dim), device=device)
+            for heads, dim in stores_of(plan.spec, setup.tp)
+        )
+        owner = torch.full((slots // block_size,), -1, dtype=torch.long) if layout == "paged" else None
+        return TokenCache(plan, stores, torch.full((slots,), -1, dtype=torch.long), owner)
+    return allocate_tokens
+
+
+def _no_cache(torch: ModuleType, setup: VerifySetup, plan: LayerPlan, device: Any, batch: int) -> LayerCache | None:
+    return None
+
+
+# How each kind's cache is allocated (None: the layer stores nothing: MLP/MoE-only, shared KV).
+ALLOCATORS: dict[LayerKind, Allocator] = {
+    LayerKind.FULL_ATTENTION: _token_cache(_kv_stores),
+    LayerKind.SLIDING_WINDOW: _token_cache(_kv_stores),
+    LayerKind.CHUNKED_LOCAL: _token_cache(_kv_stores),
+    LayerKind.MLA: _token_cache(_latent_store),
+    LayerKind.MAMBA: _state_cache,
+    LayerKind.LINEAR_ATTENTION: _state_cache,
+    LayerKind.SHARED_KV: _no_cache,
+    LayerKind.NO_CACHE: _no_cache,
+}
+
+
 def allocate_layer(torch: ModuleType, setup: VerifySetup, plan: LayerPlan, device: Any,
                    batch: int | None = None) -> LayerCache | None:
     """The cache of one layer, or None for a layer that stores nothing (MLP/MoE-only, shared KV)."""
-    spec, tp, layout = plan.spec, setup.tp, setup.layout
-    batch = setup.batch if batch is None else batch
-    block_size = setup.estimate.request.block_size
-    if isinstance(spec, StateSpec):
-        states = tuple(
-            _zeros(torch, (batch, *state_shape(t.shape, t.split_dim, tp)), torch_dtype(torch, t.dtype), device)
-            for t in spec.tensors
-        )
-        return StateCache(plan, states) if states else None
-    if not spec.has_cache or plan.resident_tokens == 0:
-        return None
-    slots = token_slots(plan, layout)
-
-    def store(heads: int, dim: int) -> TokenStore:
-        fmt = storage_format(torch, setup.kv_dtype, dim)
-        return TokenStore(torch, layout=layout, batch=batch, heads=heads, dim=dim, slots=slots,
-                          block_size=block_size, fmt=fmt, device=device)
-
-    if isinstance(spec, MLASpec):
-        stores: tuple[TokenStore, ...] = (store(1, spec.latent_dim),)  # the latent, the same on every rank
-    elif isinstance(spec, FullAttentionSpec):
-        heads = kv_heads_per_rank(spec.num_kv_heads, tp)
-        stores = (store(heads, spec.head_dim), store(heads, spec.v_dim))
-    else:
-        raise ValueError(f"verify cannot allocate a {spec.kind} layer")
-    owner = torch.full((slots // block_size,), -1, dtype=torch.long) if layout == "paged" else None
-    return TokenCache(plan, stores, torch.full((slots,), -1, dtype=torch.long), owner)
+    return ALLOCATORS[plan.spec.kind](torch, setup, plan, device, setup.batch if batch is None else batch)
 
 
 def allocate(torch: ModuleType, setup: VerifySetup, device: Any, *, batch: int | None = None,

@@ -14,9 +14,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
-from kvplan.model.specs import FullAttentionSpec, MLASpec, StateSpec, kv_heads_per_rank
+from kvplan.model.specs import AttentionSpec, LayerKind, LayerSpec, MLASpec, StateSpec, kv_heads_per_rank
 from kvplan.units import cdiv
 from kvplan.verify.alloc import LayerCache, StateCache, TokenCache, _first_visible, state_shape
 from kvplan.verify.device import torch_dtype
@@ -24,6 +24,29 @@ from kvplan.verify.setup import LayerPlan, VerifySetup
 from kvplan.verify.storage import roundtrip, storage_format
 
 Reduce = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Heads:
+    """An attention layer's arithmetic shape on one rank: KV heads, query heads per KV head, K and V widths."""
+
+    kv: int
+    group: int
+    dk: int
+    dv: int
+    latent: bool  # MLA: one latent serves as K, and its first dv entries as V
+
+
+def _kv_heads(spec: LayerSpec, q_heads: int, tp: int) -> Heads:
+    attn = cast(AttentionSpec, spec)
+    kv = kv_heads_per_rank(attn.num_kv_heads, tp)
+    return Heads(kv, cdiv(q_heads, kv), attn.head_dim, attn.v_dim, latent=False)
+
+
+def _latent_heads(spec: LayerSpec, q_heads: int, tp: int) -> Heads:
+    """MLA in absorbed form: every query head reads the one 576-wide latent; values are its first 512."""
+    mla = cast(MLASpec, spec)
+    return Heads(1, q_heads, mla.latent_dim, mla.kv_lora_rank, latent=True)
 SCORE_BYTES = 1 << 30  # attention scores one masked prefill slice may hold
 STATE_DECAY = 0.9  # a recurrent state keeps 90% of itself per token, so long prompts stay finite
 
@@ -74,15 +97,9 @@ class Decoder:
                    log: dict[str, int] | None) -> Any:
         """x [b, T, hidden] at positions pos0.. -> [b, T, hidden]. T == 1 with a cache reads the cache."""
         torch, F = self.torch, self.F
-        spec = plan.spec
         b, T, _ = x.shape
-        mla = isinstance(spec, MLASpec)
-        if mla:
-            kv, group, dk, dv = 1, self.q_heads, spec.latent_dim, spec.kv_lora_rank
-        else:
-            assert isinstance(spec, FullAttentionSpec)
-            kv = kv_heads_per_rank(spec.num_kv_heads, self.setup.tp)
-            group, dk, dv = cdiv(self.q_heads, kv), spec.head_dim, spec.v_dim
+        heads = ATTENTION_HEADS[plan.spec.kind](plan.spec, self.q_heads, self.setup.tp)
+        kv, group, dk, dv, mla = heads.kv, heads.group, heads.dk, heads.dv, heads.latent
         w = self.weights
         q = (x @ w.get("q", self.hidden, kv * group * dk, self.dtype)).view(b, T, kv, group, dk)
         k = (x @ w.get("k", self.hidden, kv * dk, self.dtype)).view(b, T, kv, dk).transpose(1, 2)  # [b, kv, T, dk]
@@ -122,7 +139,7 @@ class Decoder:
         """
         torch, F = self.torch, self.F
         b, heads, T, dk = q.shape
-        windowed = plan.kind in ("sliding_window", "chunked_local")
+        windowed = plan.spec.window_tokens is not None
         if not windowed and dk <= 256:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         rows = max(1, SCORE_BYTES // (b * heads * T * 4))
@@ -173,8 +190,7 @@ class Decoder:
     def _states_for(self, cache: StateCache | None, plan: LayerPlan, rows: slice, b: int) -> list[Any]:
         if cache is not None:
             return [s[rows] for s in cache.states]  # views: updated in place
-        spec = plan.spec
-        assert isinstance(spec, StateSpec)
+        spec = cast(StateSpec, plan.spec)
         return [
             self.torch.zeros((b, *state_shape(t.shape, t.split_dim, self.setup.tp)),
                              dtype=torch_dtype(self.torch, t.dtype), device=self.device)
@@ -188,15 +204,30 @@ class Decoder:
         """The hidden stream [b, T, hidden] through the decoded layers."""
         h = x
         for i in self.decoded:
-            plan = self.setup.layers[i]
             cache = self.caches[i] if use_cache else None
-            if isinstance(plan.spec, StateSpec):
-                assert cache is None or isinstance(cache, StateCache)
-                h = h + self._state(plan, self._states_for(cache, plan, rows, h.shape[0]), self._norm(h))
-            elif isinstance(plan.spec, (FullAttentionSpec, MLASpec)) and plan.resident_tokens:
-                assert cache is None or isinstance(cache, TokenCache)
-                entry = None if log is None else log.setdefault(i, {})
-                h = h + self._attention(plan, cache, self._norm(h), pos0, rows, entry)
+            h = LAYER_STEPS[self.setup.layers[i].spec.kind](self, i, cache, h, pos0, rows, log)
+        return h
+
+    def attention_step(self, i: int, cache: LayerCache | None, h: Any, pos0: int, rows: slice,
+                       log: dict[int, dict] | None) -> Any:
+        """h + attention through layer i (position i of the stage), logging what a decode step saw."""
+        plan = self.setup.layers[i]
+        if not plan.resident_tokens:
+            return h
+        assert cache is None or isinstance(cache, TokenCache)
+        entry = None if log is None else log.setdefault(i, {})
+        return h + self._attention(plan, cache, self._norm(h), pos0, rows, entry)
+
+    def state_step(self, i: int, cache: LayerCache | None, h: Any, pos0: int, rows: slice,
+                   log: dict[int, dict] | None) -> Any:
+        """h + the recurrent update of layer i's constant state."""
+        plan = self.setup.layers[i]
+        assert cache is None or isinstance(cache, StateCache)
+        return h + self._state(plan, self._states_for(cache, plan, rows, h.shape[0]), self._norm(h))
+
+    def pass_through(self, i: int, cache: LayerCache | None, h: Any, pos0: int, rows: slice,
+                     log: dict[int, dict] | None) -> Any:
+        """MLP/MoE-only and shared-KV layers: the stream goes on unchanged (no cache to exercise)."""
         return h
 
     # ---- phases ----------------------------------------------------------------------------------------
@@ -247,3 +278,33 @@ class Decoder:
     def expected_seen(self, i: int, pos: int) -> int:
         """Tokens the query at `pos` should see in layer i: pos + 1, or its window / chunk."""
         return pos - _first_visible(self.setup.layers[i], pos) + 1
+
+
+def _not_attention(spec: LayerSpec, q_heads: int, tp: int) -> Heads:
+    raise ValueError(f"a {spec.kind} layer has no attention heads")
+
+
+# The attention shape of each kind (LAYER_STEPS sends only the attention kinds to _attention).
+ATTENTION_HEADS: dict[LayerKind, Callable[[LayerSpec, int, int], Heads]] = {
+    LayerKind.FULL_ATTENTION: _kv_heads,
+    LayerKind.SLIDING_WINDOW: _kv_heads,
+    LayerKind.CHUNKED_LOCAL: _kv_heads,
+    LayerKind.MLA: _latent_heads,
+    LayerKind.MAMBA: _not_attention,
+    LayerKind.LINEAR_ATTENTION: _not_attention,
+    LayerKind.SHARED_KV: _not_attention,
+    LayerKind.NO_CACHE: _not_attention,
+}
+
+# What decoding does in a layer of each kind: (decoder, stage position, cache, h, pos0, rows, log) -> h.
+Step = Callable[[Decoder, int, LayerCache | None, Any, int, slice, dict[int, dict] | None], Any]
+LAYER_STEPS: dict[LayerKind, Step] = {
+    LayerKind.FULL_ATTENTION: Decoder.attention_step,
+    LayerKind.SLIDING_WINDOW: Decoder.attention_step,
+    LayerKind.CHUNKED_LOCAL: Decoder.attention_step,
+    LayerKind.MLA: Decoder.attention_step,
+    LayerKind.MAMBA: Decoder.state_step,
+    LayerKind.LINEAR_ATTENTION: Decoder.state_step,
+    LayerKind.SHARED_KV: Decoder.pass_through,
+    LayerKind.NO_CACHE: Decoder.pass_through,
+}

@@ -113,7 +113,7 @@ def workspace_bytes(setup: VerifySetup) -> int:
     rows = max(1, min(setup.batch, TOKENS_PER_CHUNK // seq))
     width = max([model.hidden_size] + [_q_width(setup, p.spec) for p in setup.layers])
     activations = rows * seq * width * 8 * 4
-    mask = rows * seq * seq if any(p.kind in ("sliding_window", "chunked_local") for p in setup.layers) else 0
+    mask = rows * seq * seq if any(p.spec.window_tokens is not None for p in setup.layers) else 0
     shapes = {repr(p.spec) for p in setup.layers}
     weights = len(shapes) * 4 * model.hidden_size * width * 4
     return activations + mask + weights
@@ -163,7 +163,7 @@ def _rows_per_chunk(batch: int, seq: int) -> int:
 
 def run_check(torch: ModuleType, setup: VerifySetup, device: Any, reduce: Reduce | None) -> DecodeCheck:
     """Decode through freshly allocated caches at a short length in float32 and compare with recomputation."""
-    windows = [p.spec.resident_tokens(10**9) for p in setup.layers if p.kind in ("sliding_window", "chunked_local")]
+    windows = [w for p in setup.layers if (w := p.spec.window_tokens) is not None]
     steps = setup.request.steps
     want = max([CHECK_MIN_TOKENS, steps + 8] + [w + steps + 8 for w in windows])
     seq = min(setup.seq_tokens, min(want, max(CHECK_MAX_TOKENS, steps + 8)))

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kvplan.model.specs import LayerKind
 from kvplan.units import fmt_bytes
 from kvplan.verify.rank import RankResult
 from kvplan.verify.setup import VerifySetup
@@ -42,14 +43,12 @@ def scope_notes(setup: VerifySetup, results: list[RankResult]) -> list[str]:
     if results[0].device == "cpu":
         notes.append("on the host the arithmetic runs in float32 (the cache keeps its KV dtype)")
     kinds = setup.model.layer_kinds()
-    if kinds.get("none") or kinds.get("shared_kv"):
+    if kinds.get(LayerKind.NO_CACHE) or kinds.get(LayerKind.SHARED_KV):
         notes.append("MLP/MoE-only and shared-KV layers store nothing and are passed through unchanged")
     if any(p.kind == "mla" for p in setup.layers):
         notes.append("MLA decodes in absorbed form: queries in the latent space, values = the latent's first kv_lora_rank")
     c = results[0].check
-    if c is not None and not c.windows_wrapped and any(
-        p.kind in ("sliding_window", "chunked_local") for p in setup.layers
-    ):
+    if c is not None and not c.windows_wrapped and any(p.spec.window_tokens is not None for p in setup.layers):
         notes.append(f"the {c.seq_tokens}-token correctness check is shorter than the window, so the ring did not turn")
     return notes
 

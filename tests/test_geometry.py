@@ -1,0 +1,105 @@
+"""One geometry for the cache and the weights: facts derived once, so the KV cache and the parameter count of a
+model cannot disagree; MoE facts only where a layer is sparse."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvplan.engines.vllm_memory import moe_workspace_bytes
+from kvplan.model.dtypes import FLOAT16
+from kvplan.model.kinds import LayerKind
+from kvplan.model.parse import parse_config
+from kvplan.model.specs import AttentionSpec, FullAttentionSpec, ModelSpec
+from kvplan.sources import library
+
+
+def _parse(raw: dict) -> ModelSpec:
+    return parse_config(raw, name="t", source="test")
+
+
+def _library(repo_id: str) -> ModelSpec:
+    entry = library.require(repo_id)
+    return parse_config(entry.read_config(), name=repo_id, source=entry.filename,
+                        hf_quant_config=entry.read_hf_quant_config())
+
+
+def chatglm_style(**overrides: object) -> dict:
+    """A GLM-shaped config: 5120 wide, 32 query heads of kv_channels = 128 (not 5120 / 32 = 160), and
+    multi_query_group_num = 2 KV heads. 4 layers keep the numbers small."""
+    cfg = {
+        "model_type": "chatglm", "hidden_size": 5120, "num_hidden_layers": 4, "num_attention_heads": 32,
+        "kv_channels": 128, "multi_query_attention": True, "multi_query_group_num": 2,
+        "intermediate_size": 13696, "padded_vocab_size": 65024, "seq_length": 8192,
+        "tie_word_embeddings": False, "torch_dtype": "float16",
+    }
+    cfg.update(overrides)
+    return cfg
+
+
+def _group(model: ModelSpec, name: str) -> int:
+    return sum(g.params for g in model.param_groups if g.name == name)
+
+
+def test_multi_query_group_num_gives_the_same_kv_heads_to_the_cache_and_the_weights() -> None:
+    model = _parse(chatglm_style())
+    assert model.geometry.kv_heads == (2, 2, 2, 2)
+    assert {s.num_kv_heads for s in model.layers if isinstance(s, FullAttentionSpec)} == {2}
+    # Cache: 4 layers x 2 KV heads x (128 + 128) x 2 B (fp16) = 4,096 B per token.
+    assert sum(s.kv_bytes_per_token(FLOAT16) for s in model.layers) == 4 * 2 * 256 * 2 == 4_096
+    # Weights, per layer: q 5120 x (32 x 128) + k and v 5120 x (2 x 128) each + o (32 x 128) x 5120
+    # = 20,971,520 + 2 x 1,310,720 + 20,971,520 = 44,564,480; 4 layers = 178,257,920 (it was MHA at
+    # head 160 before: 4 x 4 x 5120 x 5120 = 419,430,400).
+    assert _group(model, "attention") == 4 * (2 * 5120 * 4096 + 2 * 5120 * 256) == 178_257_920
+
+
+def test_kv_channels_is_the_head_dim_of_both_the_cache_and_the_weights() -> None:
+    model = _parse(chatglm_style(multi_query_attention=False))
+    assert model.geometry.head_dim == 128
+    # multi_query_attention off: every query head has its own K/V (ChatGLM's rule), 32 heads of 128.
+    assert model.geometry.kv_heads == (32,) * 4
+    # Cache: 4 layers x 32 x (128 + 128) x 2 B = 65,536 B per token, not 32 x (160 + 160) x 2 x 4 = 81,920.
+    assert sum(s.kv_bytes_per_token(FLOAT16) for s in model.layers) == 65_536
+    # Weights: q, k, v, o all 5120 x 4096 per layer: 4 x 4 x 20,971,520 = 335,544,320.
+    assert _group(model, "attention") == 4 * 4 * 5120 * 4096 == 335_544_320
+
+
+def test_geometry_reads_each_fact_once_for_llama_3_1_8b() -> None:
+    g = _library("meta-llama/Llama-3.1-8B").geometry
+    assert (g.hidden_size, g.num_layers, g.num_attention_heads, g.head_dim, g.v_head_dim) == (4096, 32, 32, 128, 128)
+    assert g.kv_heads == (8,) * 32 and g.layer_kinds == (LayerKind.FULL_ATTENTION,) * 32
+    assert (g.intermediate_size, g.vocab_size, g.tie_word_embeddings) == (14336, 128_256, False)
+    assert (g.max_position_embeddings, g.rotary_dim, g.moe, g.mla) == (131_072, 128, None, None)
+
+
+def test_mla_geometry_and_its_rotary_width() -> None:
+    g = _library("deepseek-ai/DeepSeek-V3").geometry
+    assert g.mla is not None
+    assert (g.mla.q_lora_rank, g.mla.kv_lora_rank, g.mla.qk_nope_head_dim, g.mla.qk_rope_head_dim,
+            g.mla.v_head_dim) == (1536, 512, 128, 64, 128)
+    assert g.rotary_dim == 64  # MLA rotates only the qk_rope part
+    assert g.moe is not None
+    # 61 layers, the first 3 dense (first_k_dense_replace): 58 MoE layers of 256 experts, 8 per token.
+    assert (len(g.moe.layers), g.moe.layers[0], g.moe.num_experts, g.moe.experts_per_token) == (58, 3, 256, 8)
+    assert (g.moe.expert_intermediate_size, g.moe.shared_experts) == (2048, 1)
+
+
+def test_class_default_experts_do_not_make_a_dense_hybrid_moe() -> None:
+    # Nemotron-H-56B's pattern has no 'E' layer; NemotronHConfig's defaults still name 8 routed experts.
+    dense = _library("nvidia/Nemotron-H-56B-Base-8K")
+    assert dense.geometry.moe is None
+    assert moe_workspace_bytes(dense, dtype="bfloat16", tp=1, max_num_batched_tokens=8192) == 0
+    nano = _library("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    assert nano.geometry.moe is not None and len(nano.geometry.moe.layers) == 23  # the 'E's of its pattern
+    # 8,192 tokens x 6 experts each = 49,152 rows x (max(1856, 2688) + max(2 x 1856, 2688)) x 2 B
+    # = 49,152 x 6,400 x 2 = 629,145,600 B.
+    assert moe_workspace_bytes(nano, dtype="bfloat16", tp=1, max_num_batched_tokens=8192) == 629_145_600
+
+
+@pytest.mark.parametrize("entry", library.entries(), ids=lambda e: e.repo_id)
+def test_every_attention_spec_is_the_geometry_of_its_layer(entry: library.LibraryEntry) -> None:
+    model = _library(entry.repo_id)
+    g = model.geometry
+    assert g.num_layers == model.num_layers and g.layer_kinds == tuple(s.kind for s in model.layers)
+    for i, spec in enumerate(model.layers):
+        if isinstance(spec, AttentionSpec):  # full, sliding and chunked layers
+            assert (spec.num_kv_heads, spec.head_dim, spec.v_dim) == (g.kv_heads[i], g.head_dim, g.v_head_dim)
