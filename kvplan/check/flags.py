@@ -26,6 +26,7 @@ class ParsedArgs:
     flags: tuple[tuple[str, str], ...]
     positionals: tuple[str, ...]
     notes: tuple[str, ...]
+    flag_lines: tuple[int | None, ...] = ()  # the file line of each flag, parallel to `flags`
 
     def get(self, name: str) -> str | None:
         value = None
@@ -33,6 +34,14 @@ class ParsedArgs:
             if key == name:
                 value = found
         return value
+
+    def line(self, name: str) -> int | None:
+        """The line of the occurrence of `name` that wins (the last one), when known."""
+        found = None
+        for (key, _), line in zip(self.flags, self.flag_lines):
+            if key == name and line is not None:
+                found = line
+        return found
 
 
 def bool_word(text: str) -> str | None:
@@ -44,19 +53,29 @@ def parse_args(
     engine: str,
     argv: Sequence[str],
     *,
+    lines: Sequence[int | None] | None = None,
     extra_value: frozenset[str] = frozenset(),
     extra_boolean: frozenset[str] = frozenset(),
 ) -> ParsedArgs:
-    """Parse `argv` (the words after the program name) with `engine`'s grammar plus any runtime extras."""
+    """Parse `argv` (the words after the program name) with `engine`'s grammar plus any runtime extras.
+
+    `lines` gives the file line of each word, so each flag can be reported where it is written.
+    """
     grammar = ENGINES[engine]
+    here: int | None = None
     flags: list[tuple[str, str]] = []
+    flag_lines: list[int | None] = []
     positionals: list[str] = []
     notes: list[str] = []
     words = list(argv)
+    word_lines = list(lines) if lines is not None else []
+    word_lines += [None] * (len(words) - len(word_lines))
     i = 0
     while i < len(words):
         word = words[i]
         i += 1
+        flag_lines += [here] * (len(flags) - len(flag_lines))  # the flags of the word read before
+        here = word_lines[i - 1]
         if word == "--":
             positionals.extend(words[i:])
             break
@@ -121,7 +140,8 @@ def parse_args(
             i += 1
         else:
             notes.append(f"flag --{name} has no value")
-    return ParsedArgs(engine, tuple(flags), tuple(positionals), tuple(notes))
+    flag_lines += [here] * (len(flags) - len(flag_lines))
+    return ParsedArgs(engine, tuple(flags), tuple(positionals), tuple(notes), tuple(flag_lines))
 
 
 def _canonical(
