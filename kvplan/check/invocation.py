@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 _K8S_VAR_RE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _SHELL_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+# Redirections (`2>&1`, `> /tmp/log`, `< in`) name no engine argument; they are dropped before splitting.
+_REDIRECT_RE = re.compile(r"(?<!\S)\d*(?:>>?|<)(?:&\d+|\s*[^\s;&|]+)")
 _UNEXPANDED_RE = re.compile(r"\$(?:\([A-Za-z_]\w*\)|\{[A-Za-z_]\w*[^}]*\}|[A-Za-z_]\w*)")
 _SHELLS = {"sh", "bash", "ash", "dash", "zsh"}
 _SEPARATORS = {";", "&&", "||", "|", "&", "\n", ";;"}
@@ -80,6 +82,7 @@ def unexpanded(text: str) -> str | None:
 def shell_commands(script: str, env: Mapping[str, str]) -> list[list[str]]:
     """Split a `sh -c` script into simple commands (on ; && || | & and newlines), words shell-unquoted."""
     script = script.replace("\\\r\n", " ").replace("\\\n", " ")
+    script = _REDIRECT_RE.sub(" ", script)
     lexer = shlex.shlex(script, posix=True, punctuation_chars=";&|\n")
     lexer.whitespace = " \t\r"
     lexer.whitespace_split = True

@@ -215,6 +215,7 @@ def pod_requests(
     extra_gpus: tuple[int, int] | None = None,
     replicas: int = 1,
     replicas_line: int | None = None,
+    injected_env: dict[str, str] | None = None,
 ) -> list[DeploymentRequest]:
     """One request per container of a pod spec that runs an engine kvplan knows.
 
@@ -229,7 +230,7 @@ def pod_requests(
     )
     for container in sequence(mapping(pod_spec).get("containers")):
         container = mapping(container)
-        env = literal_env(container.get("env"))
+        env = (injected_env or {}) | literal_env(container.get("env"))
         command, args = container.get("command"), container.get("args")
         if isinstance(args, str):  # a values file may give args as one string; Kubernetes needs a list
             args = [args]
@@ -328,6 +329,8 @@ def _lws_requests(doc: Document, obj: Mapping[str, Any], name: str, annotations:
         worker_gpus += count or 0
     leader_annotations = [dig(leader, "metadata", "annotations"), *annotations]
     replicas, line = replica_count(obj.get("spec"))
+    # The LWS controller sets these in every pod of a group (the leader is worker 0).
+    injected = {"LWS_GROUP_SIZE": str(size), "LWS_WORKER_INDEX": "0"}
     return pod_requests(doc, leader.get("spec"), workload=name, annotation_maps=leader_annotations,
                         source_format="lws", extra_gpus=(size - 1, worker_gpus) if size > 1 else None,
-                        replicas=replicas, replicas_line=line)
+                        replicas=replicas, replicas_line=line, injected_env=injected)

@@ -61,12 +61,19 @@ def inference_service_requests(doc: Document, obj: Any) -> list[DeploymentReques
         repo = normalize_model(hint[0])[0] if hint else None
         return [unsupported(site, backend, repo, f"the huggingface runtime runs with --backend={backend} "
                             "(Transformers, not vLLM)", "kvplan check evaluates the vLLM backend; drop --backend")]
-    count, count_unresolved = gpu_count(model.get("resources"), doc.templates, site.render_fix)
-    gpu, source, gpu_unresolved, gpu_notes, missing = gpu_type(predictor, annotations)
+    lines: dict[str, int] = {}
+    count, count_unresolved = gpu_count(model.get("resources"), doc.templates, site.render_fix, lines)
+    gpu, source, gpu_unresolved, gpu_notes, missing = gpu_type(predictor, annotations, lines=lines)
     override = next((_word(mapping(a)[MODEL_ANNOTATION]) for a in annotations if MODEL_ANNOTATION in mapping(a)), None)
     notes = [f"env: {', '.join(sorted(env))}"] if env else []
-    hardware = Hardware(gpu, source, count, tuple(count_unresolved + gpu_unresolved), tuple(gpu_notes), missing)
-    return [build_request(site, parsed, hardware, model_hint=hint, model_override=override, notes=tuple(notes))]
+    replicas = predictor.get("minReplicas")
+    if isinstance(predictor.get("maxReplicas"), int) and predictor["maxReplicas"] > (replicas or 1):
+        notes.append(f"autoscales up to {predictor['maxReplicas']} replicas; each evaluated alone")
+    hardware = Hardware(gpu, source, count, tuple(count_unresolved + gpu_unresolved), tuple(gpu_notes), missing,
+                        gpus_per_pod=count, replicas=replicas if isinstance(replicas, int) and replicas > 0 else 1,
+                        lines=tuple(lines.items()))
+    return [build_request(site, parsed, hardware, model_hint=hint, model_override=override, notes=tuple(notes),
+                          env=env, model_line=key_line(model, "storageUri"))]
 
 
 def llm_inference_service_requests(doc: Document, obj: Any) -> list[DeploymentRequest]:
