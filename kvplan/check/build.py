@@ -37,7 +37,7 @@ _FIELDS: dict[str, dict[str, str]] = {
         "enable_prefix_caching": "enable-prefix-caching",
         "nnodes": "nnodes",
         "cpu_offload_gb": "cpu-offload-gb",
-        "kv_cache_memory": "kv-cache-memory",
+        "kv_cache_memory": "kv-cache-memory-bytes",
     },
     "sglang": {
         "model": "model-path",
@@ -202,7 +202,7 @@ def build_request(
     out = _Collect(list(unresolved), list(notes) + list(parsed.notes) + list(hardware.notes))
     out.unresolved.extend(hardware.unresolved)
     lines: dict[str, int] = dict(hardware.lines)
-    for (flag, _), line in zip(parsed.flags, parsed.flag_lines):
+    for (flag, _), line in zip(parsed.flags, parsed.flag_lines, strict=True):
         if line is not None:
             lines[f"--{flag}"] = line
 
@@ -229,23 +229,31 @@ def build_request(
             )
             return None
 
+    def whole(key: str, human: bool = False) -> int | None:
+        value = number(key, int, human)
+        return None if value is None else int(value)
+
+    def real(key: str) -> float | None:
+        value = number(key, float)
+        return None if value is None else float(value)
+
     model = _model(site, parsed, positional_model, model_hint, model_override, text("model"), out)
     if parsed.line(names["model"]) is not None:
         lines["model"] = parsed.line(names["model"]) or 0
     elif model_line is not None:
         lines["model"] = model_line
 
-    tp = number("tp", int) or 1
-    pp = number("pp", int) or 1
-    dp_local = number("dp", int) if "dp" in names else None
-    dp_total = number("dp_total", int) if "dp_total" in names else None
+    tp = whole("tp") or 1
+    pp = whole("pp") or 1
+    dp_local = whole("dp") if "dp" in names else None
+    dp_total = whole("dp_total") if "dp_total" in names else None
     dp = dp_total or 1
     if engine == "tgi" and parsed.get("num-shard") is None and hardware.num_gpus:
         # TGI shards over every GPU it can see when --num-shard is not given.
         tp = hardware.num_gpus
         out.notes.append(f"TGI without --num-shard shards over all {tp} visible GPUs")
 
-    gmu = number("gpu_memory_utilization", float)
+    gmu = real("gpu_memory_utilization")
     if gmu is not None and not 0 < gmu <= 1:
         flag = names["gpu_memory_utilization"]
         out.unresolved.append(Unresolved("gpu_memory_utilization", f"--{flag} {gmu} is outside (0, 1]",
@@ -259,11 +267,11 @@ def build_request(
         prefix = bool_word(parsed.get("disable-radix-cache") or "") != "true"
 
     dp_attention = engine == "sglang" and _switch(parsed, "enable-dp-attention")
-    ep_size = number("ep", int) if "ep" in names else None
+    ep_size = whole("ep") if "ep" in names else None
     expert_parallel = (engine == "vllm" and _switch(parsed, "enable-expert-parallel")) or (
         engine == "sglang" and ((ep_size or 1) > 1 or _switch(parsed, "enable-ep-moe")
                                 or _switch(parsed, "enable-deepep-moe")))
-    nnodes = number("nnodes", int) if "nnodes" in names else None
+    nnodes = whole("nnodes") if "nnodes" in names else None
     pods = hardware.pods_per_instance or nnodes or 1
     if nnodes and hardware.pods_per_instance and nnodes != hardware.pods_per_instance:
         out.notes.append(f"--nnodes {nnodes}, but the manifest runs {hardware.pods_per_instance} pods per instance")
@@ -273,11 +281,11 @@ def build_request(
         num_gpus = num_gpus * nnodes
         out.notes.append(f"--nnodes {nnodes}: {nnodes} pods x {hardware.num_gpus} GPUs = {num_gpus} GPUs per instance")
 
-    offload_gib = number("cpu_offload_gb", float) if "cpu_offload_gb" in names else None
-    kv_memory = number("kv_cache_memory", int, human=True) if "kv_cache_memory" in names else None
-    batch_tokens = number("max_batch_total_tokens", int) if "max_batch_total_tokens" in names else None
+    offload_gib = real("cpu_offload_gb") if "cpu_offload_gb" in names else None
+    kv_memory = whole("kv_cache_memory", human=True) if "kv_cache_memory" in names else None
+    batch_tokens = whole("max_batch_total_tokens") if "max_batch_total_tokens" in names else None
 
-    max_model_len = number("max_model_len", int, human=engine == "vllm")
+    max_model_len = whole("max_model_len", human=engine == "vllm")
     cap = None
     if engine == "tgi" and max_model_len is None:
         major = _major(engine_version)
@@ -322,13 +330,13 @@ def build_request(
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         max_model_len=max_model_len,
-        max_num_seqs=number("max_num_seqs", int),
-        max_num_batched_tokens=number("max_num_batched_tokens", int, human=engine == "vllm"),
+        max_num_seqs=whole("max_num_seqs"),
+        max_num_batched_tokens=whole("max_num_batched_tokens", human=engine == "vllm"),
         gpu_memory_utilization=gmu,
         kv_cache_dtype=_plain(text("kv_cache_dtype"), "kv_cache_dtype", names, site, out),
         dtype=_plain(text("dtype"), "dtype", names, site, out),
         quantization=_plain(text("quantization"), "quantization", names, site, out),
-        block_size=number("block_size", int) if "block_size" in names else None,
+        block_size=whole("block_size") if "block_size" in names else None,
         enable_prefix_caching=prefix,
         min_margin=min_margin,
         flags=tuple((k, unmask(v, site.templates)) for k, v in parsed.flags),
@@ -378,7 +386,7 @@ def _ignored(parsed: ParsedArgs) -> tuple[IgnoredFlag, ...]:
     """The flags given that change memory in ways kvplan does not model (a switch set to false changes nothing)."""
     table = _UNMODELLED[parsed.engine]
     found: dict[str, IgnoredFlag] = {}
-    for (flag, value), line in zip(parsed.flags, parsed.flag_lines or [None] * len(parsed.flags)):
+    for (flag, value), line in zip(parsed.flags, parsed.flag_lines, strict=True):
         if flag in table and bool_word(value) != "false":
             found[flag] = IgnoredFlag(flag, value, table[flag], line)
     return tuple(found.values())
@@ -463,7 +471,8 @@ def _read_number(raw: str, kind: type, human: bool) -> int | float:
         match = _HUMAN_INT_RE.match(text)
         if match and match.group(2):
             unit = match.group(2)
-            scale = {"k": 10**3, "m": 10**6, "g": 10**9}[unit.lower()] if unit.islower() else {"K": 2**10, "M": 2**20, "G": 2**30}[unit]
+            decimal, binary = {"k": 10**3, "m": 10**6, "g": 10**9}, {"K": 2**10, "M": 2**20, "G": 2**30}
+            scale = decimal[unit] if unit.islower() else binary[unit]
             value = float(match.group(1)) * scale
             if value != int(value):
                 raise ValueError(text)

@@ -79,7 +79,7 @@ def _read_file(path: str) -> tuple[list[DeploymentRequest], str]:
     text = read_text(path)
     shown = STDIN if path == "-" else path
     documents = load_documents(shown, text)
-    sources = [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in _SOURCE_RE.finditer(text)] if path == "-" else []
+    sources = [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in _SOURCE_RE.finditer(text)]
     found: list[DeploymentRequest] = []
     seen: list[str] = []
     for doc in documents:
@@ -92,7 +92,8 @@ def _read_file(path: str) -> tuple[list[DeploymentRequest], str]:
                 f"{doc.file}:{doc.line}: cannot read this document ({type(exc).__name__}: {exc})"
             ) from None
         if requests is None or not requests:
-            seen.append(describe_document(doc.data) + ("" if requests is None else " (runs no model server kvplan knows)"))
+            what = describe_document(doc.data)
+            seen.append(what if requests is None else f"{what} (runs no model server kvplan knows)")
             continue
         if path == "-":
             label = next((s for line, s in reversed(sources) if line < doc.line), describe_document(doc.data))

@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvplan.check.flag_tables import ENGINES, EngineFlags
+from kvplan.check.flag_tables import ENGINES, EngineFlags, engine_versions
 
 _NUMBER_RE = re.compile(r"^-\d")
 _BOOL_WORDS = {"true": "true", "false": "false", "1": "true", "0": "false", "yes": "true", "no": "false"}
@@ -28,6 +28,10 @@ class ParsedArgs:
     notes: tuple[str, ...]
     flag_lines: tuple[int | None, ...] = ()  # the file line of each flag, parallel to `flags`
 
+    def __post_init__(self) -> None:
+        if not self.flag_lines and self.flags:
+            object.__setattr__(self, "flag_lines", (None,) * len(self.flags))
+
     def get(self, name: str) -> str | None:
         value = None
         for key, found in self.flags:
@@ -38,7 +42,7 @@ class ParsedArgs:
     def line(self, name: str) -> int | None:
         """The line of the occurrence of `name` that wins (the last one), when known."""
         found = None
-        for (key, _), line in zip(self.flags, self.flag_lines):
+        for (key, _), line in zip(self.flags, self.flag_lines, strict=True):
             if key == name and line is not None:
                 found = line
         return found
@@ -106,7 +110,9 @@ def parse_args(
                 i += 1
             else:
                 flags.append((shown, "true"))
-            notes.append(f"flag {word.split('=')[0]} is not a known {engine} flag; kept as given")
+            versions = engine_versions(engine)
+            known = f" (read from {engine} {', '.join(versions)})" if versions else ""
+            notes.append(f"flag {word.split('=')[0]} is not a known {engine} flag{known}; kept as given")
             continue
         if negated:
             flags.append((name, "false"))
@@ -155,7 +161,8 @@ def _canonical(
         return name, ""
     if not long_form or not grammar.abbreviations or not name:
         return None, ""
-    candidates = {grammar.aliases.get(f, f) for f in (grammar.names | set(grammar.aliases) | extras) if f.startswith(name)}
+    known = grammar.names | set(grammar.aliases) | extras
+    candidates = {grammar.aliases.get(f, f) for f in known if f.startswith(name)}
     if len(candidates) == 1:
         return candidates.pop(), "unique prefix, as the engine's argument parser accepts it"
     return None, ""

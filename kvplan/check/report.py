@@ -22,7 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from kvplan.check.model import CANNOT_EVALUATE, DOES_NOT_FIT, FITS, CheckResult, FileReport
+from kvplan.check.model import CANNOT_EVALUATE, DOES_NOT_FIT, FITS, VERDICTS, CheckResult, FileReport
 from kvplan.errors import EXIT_CANNOT_EVALUATE, EXIT_DOES_NOT_FIT, EXIT_OK
 from kvplan.units import fmt_gib
 
@@ -43,7 +43,7 @@ def misses_margin(result: CheckResult, min_margin: float | None) -> bool:
 
 @dataclass(frozen=True)
 class Policy:
-    """How strict the run is: --min-margin, --strict (cannot evaluate fails), --allow-empty (nothing evaluated passes)."""
+    """How strict the run is: --min-margin, --strict (cannot evaluate fails), --allow-empty (empty passes)."""
 
     min_margin: float | None = None
     strict: bool = False
@@ -150,7 +150,8 @@ def _headline(result: CheckResult, min_margin: float | None) -> str:
     if result.verdict == DOES_NOT_FIT:
         text = f"{text} does not fit: {result.reason or 'KV cache too small'}"
     elif misses_margin(result, min_margin):
-        text = f"{text} fits with margin {result.margin:.1%}, below the required {required_margin(result, min_margin):.1%}"
+        needed = required_margin(result, min_margin) or 0.0
+        text = f"{text} fits with margin {result.margin:.1%}, below the required {needed:.1%}"
     else:
         text = f"{text} fits"
     if figures:
@@ -213,13 +214,14 @@ def render_json(results: Sequence[CheckResult], *, min_margin: float | None = No
                 files: Sequence[FileReport] = (), policy: Policy | None = None) -> str:
     """A JSON document: {"results": [...], "files": [...], "summary": {...}, "exit_code": N, "exit_reason": ...}."""
     policy = policy or Policy(min_margin)
-    summary: dict[str, Any] = {v: sum(1 for r in results if r.verdict == v) for v in (FITS, DOES_NOT_FIT, CANNOT_EVALUATE)}
+    summary: dict[str, Any] = {v: sum(1 for r in results if r.verdict == v) for v in VERDICTS}
     summary["below_min_margin"] = sum(1 for r in results if misses_margin(r, policy.min_margin))
     summary["files_skipped"] = sum(1 for f in files if f.skipped)
     code, why = exit_reason(results, policy)
     payload = {
         "results": [_as_dict(r, policy.min_margin) for r in results],
-        "files": [{"file": f.path, "deployments": f.deployments, "skipped": f.skipped, "error": f.error} for f in files],
+        "files": [{"file": f.path, "deployments": f.deployments, "skipped": f.skipped, "error": f.error}
+                  for f in files],
         "summary": summary,
         "exit_code": code,
         "exit_reason": why,
@@ -329,7 +331,8 @@ def _short_location(req) -> str:
     return f"{where} ({req.location.document})" if req.location.document else where
 
 
-_LABELS = {FITS: ("fits", "green"), DOES_NOT_FIT: ("does not fit", "red"), CANNOT_EVALUATE: ("cannot evaluate", "yellow")}
+_LABELS = {FITS: ("fits", "green"), DOES_NOT_FIT: ("does not fit", "red"),
+           CANNOT_EVALUATE: ("cannot evaluate", "yellow")}
 _INDENT = "    "
 
 

@@ -15,7 +15,9 @@ FORMATS = ("human", "json", "github", "junit")
 
 def check(
     paths: Annotated[list[str], typer.Argument(help="Deployment files or directories ('-' for stdin).")],
-    output_format: Annotated[str, typer.Option("--format", help="human, json, github (annotations) or junit.")] = "human",
+    output_format: Annotated[
+        str, typer.Option("--format", help="human, json, github (annotations) or junit.")
+    ] = "human",
     gpu: Annotated[
         str | None, typer.Option("--gpu", help="GPU type for every deployment; wins over the file's, e.g. H100-80GB.")
     ] = None,

@@ -53,10 +53,13 @@ def _kind(*kinds: str, api: str = "") -> Callable[[Mapping[str, Any]], bool]:
 
 def _list_requests(doc: Document, data: Mapping[str, Any]) -> list[DeploymentRequest]:
     """A `kind: List` holds objects; each is read as a document of its own at its line."""
-    items = data.get("items") if isinstance(data.get("items"), list) else []
+    items = data.get("items")
     found: list[DeploymentRequest] = []
-    for i, item in enumerate(items or []):
-        line = items.line_of(i) if hasattr(items, "line_of") else doc.line
+    if not isinstance(items, list):
+        return found
+    line_of = getattr(items, "line_of", lambda index: doc.line)
+    for i, item in enumerate(items):
+        line = line_of(i)
         found.extend(requests_of_document(Document(doc.file, line, item, doc.templates)) or [])
     return found
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from kvplan.check.build import Hardware, Site, build_request, unsupported
 from kvplan.check.flags import parse_args
+from kvplan.check.invocation import image_version
 from kvplan.check.loader import Document
 from kvplan.check.model import DeploymentRequest, Location
 from kvplan.check.readers.k8s import dig, gpu_count, gpu_type, key_line, mapping
-from kvplan.check.invocation import image_version
 
 _VLLM_FRAMEWORKS = {"vllm", "aibrix", "lws-vllm", "ray-vllm", "triton-vllm"}
 _CAMEL_RE = re.compile(r"(?<=[a-z0-9])([A-Z])")
@@ -27,7 +27,8 @@ _GPU_FIX = "set inference.modelServer.deployment.instanceType (e.g. p5.48xlarge)
 def is_eks_values(data: Any) -> bool:
     inference = data.get("inference")
     return ("apiVersion" not in data and isinstance(inference, dict)
-            and ("modelServer" in inference or "framework" in inference) and ("model" in data or "modelParameters" in data))
+            and ("modelServer" in inference or "framework" in inference)
+            and ("model" in data or "modelParameters" in data))
 
 
 def kebab(key: str) -> str:

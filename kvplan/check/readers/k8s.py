@@ -75,8 +75,9 @@ def env_lines(env_list: Any) -> dict[str, int]:
     """The line of each literal env entry, so flags read from env (TGI) point at their entry."""
     found: dict[str, int] = {}
     for item in sequence(env_list):
-        if isinstance(mapping(item).get("name"), str) and getattr(item, "line", 0):
-            found[mapping(item)["name"]] = item.line
+        line = getattr(item, "line", None)
+        if isinstance(mapping(item).get("name"), str) and line:
+            found[mapping(item)["name"]] = line
     return found
 
 
@@ -171,10 +172,12 @@ def gpu_type(
             break
     unresolved: list[Unresolved] = []
     if found is None:
-        terms = dig(pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+        terms = dig(pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+                    "nodeSelectorTerms")
         found, problem = affinity_gpu(terms)
         if problem and annotated is None:
-            unresolved.append(Unresolved("gpu", problem, f"pin one type with annotation {GPU_ANNOTATION}: NAME, or pass --gpu"))
+            unresolved.append(Unresolved("gpu", problem,
+                                         f"pin one type with annotation {GPU_ANNOTATION}: NAME, or pass --gpu"))
     if annotated is not None:
         if found and found[0] != annotated:
             notes.append(f"GPU {annotated} from annotation {GPU_ANNOTATION} (the {found[1]} says {found[0]})")
@@ -296,7 +299,8 @@ def workload_requests(doc: Document, obj: Mapping[str, Any]) -> list[DeploymentR
     else:
         template = dig(obj, "spec", "template")
     annotations.insert(0, dig(template, "metadata", "annotations"))
-    replicas, line = replica_count(obj.get("spec")) if kind in ("Deployment", "StatefulSet", "ReplicaSet") else (1, None)
+    scaled = kind in ("Deployment", "StatefulSet", "ReplicaSet")
+    replicas, line = replica_count(obj.get("spec")) if scaled else (1, None)
     requests = pod_requests(doc, dig(template, "spec"), workload=name, annotation_maps=annotations,
                             replicas=replicas, replicas_line=line)
     if kind == "StatefulSet":

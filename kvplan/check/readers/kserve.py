@@ -132,8 +132,10 @@ def llm_inference_service_requests(doc: Document, obj: Any) -> list[DeploymentRe
                      "each data-parallel rank holds its own KV cache")
     replicas = spec.get("replicas")
     replicas = replicas if isinstance(replicas, int) and replicas > 0 else 1
-    override = _word(mapping(annotations[0]).get(MODEL_ANNOTATION)) if MODEL_ANNOTATION in mapping(annotations[0]) else None
+    first = mapping(annotations[0])
+    override = _word(first.get(MODEL_ANNOTATION)) if MODEL_ANNOTATION in first else None
     hardware = Hardware(gpu, source, None if count is None else count * (pods or 1),
                         tuple(count_unresolved + gpu_unresolved), tuple(gpu_notes), missing, gpus_per_pod=count,
                         pods_per_instance=pods, replicas=replicas, lines=tuple(lines.items()))
-    return [build_request(site, parsed, hardware, positional_model=False, model_hint=hint, model_override=override, notes=tuple(notes))]
+    return [build_request(site, parsed, hardware, positional_model=False, model_hint=hint, model_override=override,
+                          notes=tuple(notes))]
