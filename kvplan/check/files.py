@@ -15,6 +15,7 @@ from kvplan.check.build import apply_hardware
 from kvplan.check.loader import load_documents, read_text
 from kvplan.check.model import CANNOT_EVALUATE, CheckResult, DeploymentRequest, FileReport, Location, Unresolved
 from kvplan.check.readers import describe_document, requests_of_document
+from kvplan.check.readers.k8s import mapping
 from kvplan.errors import DeploymentError
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -82,7 +83,7 @@ def _read_file(path: str) -> tuple[list[DeploymentRequest], str]:
     sources = [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in _SOURCE_RE.finditer(text)]
     found: list[DeploymentRequest] = []
     seen: list[str] = []
-    for doc in documents:
+    for number, doc in enumerate(documents, start=1):
         try:
             requests = requests_of_document(doc)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
@@ -96,7 +97,9 @@ def _read_file(path: str) -> tuple[list[DeploymentRequest], str]:
             seen.append(what if requests is None else f"{what} (runs no model server kvplan knows)")
             continue
         if path == "-":
-            label = next((s for line, s in reversed(sources) if line < doc.line), describe_document(doc.data))
+            kind = mapping(doc.data).get("kind")
+            named = describe_document(doc.data) if kind else f"document {number}"
+            label = next((s for line, s in reversed(sources) if line < doc.line), named)
             requests = [replace(r, location=replace(r.location, document=label)) for r in requests]
         found.extend(requests)
     if found:
