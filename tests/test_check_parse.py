@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvplan.check.build import normalize_model
-from kvplan.check.files import load_requests
+from kvplan.check.files import load_requests, read_paths
 from kvplan.check.flags import parse_args
 from kvplan.check.invocation import find_invocation, shell_commands
 from kvplan.check.readers.own_schema import KEYS
@@ -17,8 +17,8 @@ from kvplan.errors import DeploymentError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "deploy"
-REAL = ROOT.parent / "shared" / "reference" / "deploy-files"
-REAL_FILES = sorted(REAL.glob("*.yaml")) if REAL.is_dir() else []
+REAL = ROOT / "tests" / "data" / "reference-deploy"  # copied from ../shared/reference/deploy-files (SOURCES.md)
+REAL_FILES = sorted(REAL.glob("*.yaml"))
 
 
 def one(path: Path, **kwargs):
@@ -34,7 +34,6 @@ def unresolved_fields(request) -> set[str]:
 # --- every real file is read or refused with a reason, never a traceback -------------------------------------
 
 
-@pytest.mark.skipif(not REAL_FILES, reason="../shared/reference/deploy-files is not present")
 @pytest.mark.parametrize("path", REAL_FILES, ids=lambda p: p.name)
 def test_every_real_file_is_read_or_refused(path: Path) -> None:
     requests, failures = load_requests([str(path)])
@@ -48,16 +47,12 @@ def test_every_real_file_is_read_or_refused(path: Path) -> None:
             assert item.reason and item.how_to_fix
 
 
-@pytest.mark.skipif(not REAL_FILES, reason="../shared/reference/deploy-files is not present")
 def test_real_files_count() -> None:
     assert len(REAL_FILES) == 36
 
 
 def real(name: str):
-    path = REAL / name
-    if not path.exists():
-        pytest.skip(f"{path} is not present")
-    return one(path)
+    return one(REAL / name)
 
 
 # Values pinned against the table in deploy-files/SOURCES.md.
@@ -132,7 +127,10 @@ def test_real_kserve_transformers_backend_is_refused() -> None:
 
 def test_real_llmisvc_args_from_env() -> None:
     (r,) = real("kserve-llmisvc-deepseek-r1-dp32-ep-envargs.yaml")
-    assert (r.model, r.num_gpus, r.max_model_len, r.gpu_memory_utilization) == ("deepseek-ai/DeepSeek-R1-0528", 8, 8192, 0.95)
+    # 8 GPUs per pod, data 32 / dataLocal 8 = 4 pods: one DP32 engine over 32 GPUs.
+    assert (r.model, r.gpus_per_pod, r.pods_per_instance, r.num_gpus) == ("deepseek-ai/DeepSeek-R1-0528", 8, 4, 32)
+    assert (r.max_model_len, r.gpu_memory_utilization) == (8192, 0.95)
+    assert (r.data_parallel_size, r.data_parallel_size_local, r.expert_parallel) == (32, 8, True)
     assert r.flag("data-parallel-size") == "32" and r.flag("enforce-eager") == "true"
 
 
@@ -176,8 +174,9 @@ def test_missing_gpu_type_and_default_gpu() -> None:
     (r,) = one(FIXTURES / "missing-gpu.yaml")
     (gap,) = r.unresolved
     assert gap.field == "gpu" and "kvplan.io/gpu" in gap.how_to_fix and "--gpu" in gap.how_to_fix
-    (r,) = one(FIXTURES / "missing-gpu.yaml", default_gpu="A100-80GB")
+    (r,) = one(FIXTURES / "missing-gpu.yaml", gpu="A100-80GB")
     assert (r.gpu, r.gpu_source, r.unresolved) == ("A100-80GB", "--gpu", ())
+    assert (r.gpu_key, r.gpu_memory_bytes) == ("A100-80GB", 85_198_045_184)  # the catalog's CUDA total
 
 
 def test_sglang() -> None:
@@ -204,7 +203,7 @@ def test_production_stack_values() -> None:
 
 
 def test_vllm_config_file() -> None:
-    (r,) = one(FIXTURES / "vllm-config.yaml", default_gpu="H100-80GB")
+    (r,) = one(FIXTURES / "vllm-config.yaml", gpu="H100-80GB")
     assert (r.source_format, r.model, r.tensor_parallel_size, r.num_gpus) == ("vllm-config", "google/gemma-3-27b-it", 2, 2)
     assert (r.max_model_len, r.gpu_memory_utilization, r.enable_prefix_caching) == (65536, 0.9, False)
     assert r.max_num_batched_tokens == 16 * 1024  # "16K": upper-case suffix is binary in vLLM
@@ -247,9 +246,11 @@ def test_directory_walk_skips_hidden_and_non_deployments() -> None:
     assert sorted(os.path.relpath(r.location.file, FIXTURES / "dir") for r in requests) == ["a.yaml", "nested/b.yml"]
 
 
-def test_explicit_file_without_deployment_is_reported() -> None:
-    requests, (failure,) = load_requests([str(FIXTURES / "dir" / "svc.yaml")])
-    assert requests == [] and "no deployment kvplan recognises" in failure.reason
+def test_file_without_deployment_is_reported_with_what_it_holds() -> None:
+    reading = read_paths([str(FIXTURES / "dir" / "svc.yaml")])
+    assert reading.requests == [] and reading.failures == []
+    (report,) = reading.files
+    assert report.skipped == "no deployment kvplan reads: Service/x" and report.deployments == 0
     _, (missing,) = load_requests([str(FIXTURES / "nope.yaml")])
     assert "no such file" in missing.reason and missing.verdict == "cannot_evaluate"
 

@@ -42,13 +42,17 @@ def cannot() -> CheckResult:
 
 def test_exit_codes_and_precedence() -> None:
     assert exit_code([fits()]) == 0
-    assert exit_code([fits(), cannot()]) == 2
+    assert exit_code([fits(), cannot()]) == 0  # a warning: evaluated deployments fit
+    assert exit_code([fits(), cannot()], strict=True) == 2  # --strict: cannot evaluate fails the job
+    assert exit_code([cannot()]) == 2  # nothing evaluated
+    assert exit_code([cannot()], allow_empty=True) == 0
     assert exit_code([fits(), does_not_fit()]) == 1
     assert exit_code([cannot(), does_not_fit()]) == 1  # a definite "no" wins over "could not evaluate"
     assert exit_code([fits(margin=0.05)], min_margin=0.1) == 1
     assert exit_code([fits(margin=0.05, min_margin=0.1)]) == 1  # the file's own required margin
     assert exit_code([fits(margin=0.15, min_margin=0.1)], min_margin=0.2) == 1  # the stricter one applies
-    assert exit_code([]) == 0
+    assert exit_code([]) == 2  # an empty run never passes silently
+    assert exit_code([], allow_empty=True) == 0
 
 
 def test_json_parses_and_carries_figures() -> None:
@@ -56,9 +60,11 @@ def test_json_parses_and_carries_figures() -> None:
     first, second, third = payload["results"]
     assert (first["file"], first["line"], first["kv_needed_bytes"], first["meets_min_margin"]) == ("deploy/k8s.yaml", 12, 4 * GiB, False)
     assert second["verdict"] == "does_not_fit" and second["fix"].startswith("--max-model-len")
-    assert third["unresolved"] == [{"field": "gpu", "reason": "no GPU type in the manifest", "how_to_fix": "add annotation kvplan.io/gpu: H100-80GB"}]
-    assert payload["summary"] == {"fits": 1, "does_not_fit": 1, "cannot_evaluate": 1, "below_min_margin": 1}
-    assert payload["exit_code"] == 1
+    assert third["unresolved"] == [{"field": "gpu", "reason": "no GPU type in the manifest",
+                                    "how_to_fix": "add annotation kvplan.io/gpu: H100-80GB", "line": None}]
+    assert payload["summary"] == {"fits": 1, "does_not_fit": 1, "cannot_evaluate": 1, "below_min_margin": 1,
+                                  "files_skipped": 0}
+    assert payload["exit_code"] == 1 and payload["exit_reason"] == "2 deployments do not fit or miss their margin"
 
 
 GITHUB_LINE = re.compile(r"^::(error|warning|notice) file=([^,:]+),line=(\d+),title=([^:]*)::(.+)$")
@@ -66,7 +72,9 @@ GITHUB_LINE = re.compile(r"^::(error|warning|notice) file=([^,:]+),line=(\d+),ti
 
 def test_github_annotations() -> None:
     text = render_github([fits(), does_not_fit(), cannot()])
-    lines = text.splitlines()
+    *lines, summary = text.splitlines()
+    assert summary == ("kvplan check: 0 files, 3 deployments: 1 fit, 1 do not fit, 1 cannot evaluate; "
+                       "exit 1: 1 deployment does not fit")
     assert len(lines) == 3
     parsed = [GITHUB_LINE.match(line) for line in lines]
     assert all(parsed), lines
@@ -79,7 +87,7 @@ def test_github_annotations() -> None:
 
 def test_github_escapes_newlines_and_percent() -> None:
     result = CheckResult(request(name="a,b"), "does_not_fit", reason="100% full\nsecond line")
-    (line,) = render_github([result]).splitlines()
+    line, _summary = render_github([result]).splitlines()
     assert "100%25 full%0Asecond line" in line and "title=kvplan%3A a%2Cb does not fit" in line
 
 
@@ -102,11 +110,20 @@ def test_junit_strips_control_characters() -> None:
     assert root.find("testsuite/testcase").get("name").startswith("badname")
 
 
-def test_human_table() -> None:
+def test_human_report() -> None:
     out = io.StringIO()
-    console = Console(file=out, width=220, color_system=None)
+    console = Console(file=out, width=80, color_system=None)
     render_human([fits(), does_not_fit(), cannot()], console)
     text = out.getvalue()
     assert "deploy/k8s.yaml:12" in text and "does not fit" in text and "cannot evaluate" in text
-    assert "4.00 GiB / 40.00 GiB" in text
-    assert 'odd <&> "x"' in text and "How to fix: add annotation kvplan.io/gpu: H100-80GB" in text
+    assert "KV 4.00 GiB needed of 40.00 GiB, margin 25.0%" in text
+    assert 'odd <&> "x"' in text and "Fix: add annotation kvplan.io/gpu:" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_human_report_never_cuts_a_path() -> None:
+    # A path longer than the line stands alone on its line instead of being folded into pieces.
+    long_path = "deploy/" + "very-long-directory-name/" * 4 + "k8s.yaml"
+    out = io.StringIO()
+    render_human([fits(location=Location(long_path, 7))], Console(file=out, width=60, color_system=None))
+    assert f"{long_path}:7" in out.getvalue()

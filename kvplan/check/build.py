@@ -9,12 +9,14 @@ with the way to supply it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kvplan.check.flags import ParsedArgs, bool_word
 from kvplan.check.invocation import unexpanded
-from kvplan.check.model import DeploymentRequest, Location, Unresolved
+from kvplan.check.model import DeploymentRequest, IgnoredFlag, Location, Unresolved
 from kvplan.check.templates import find_template, unmask
+from kvplan.errors import InputError
+from kvplan.hardware.gpus import find_gpu
 
 # Request field -> canonical flag per engine. TGI's knobs are the launcher's; SGLang's page size is its block.
 _FIELDS: dict[str, dict[str, str]] = {
@@ -33,6 +35,9 @@ _FIELDS: dict[str, dict[str, str]] = {
         "quantization": "quantization",
         "block_size": "block-size",
         "enable_prefix_caching": "enable-prefix-caching",
+        "nnodes": "nnodes",
+        "cpu_offload_gb": "cpu-offload-gb",
+        "kv_cache_memory": "kv-cache-memory-bytes",
     },
     "sglang": {
         "model": "model-path",
@@ -47,6 +52,9 @@ _FIELDS: dict[str, dict[str, str]] = {
         "dtype": "dtype",
         "quantization": "quantization",
         "block_size": "page-size",
+        "nnodes": "nnodes",
+        "ep": "expert-parallel-size",
+        "cpu_offload_gb": "cpu-offload-gb",
     },
     "tgi": {
         "model": "model-id",
@@ -58,12 +66,52 @@ _FIELDS: dict[str, dict[str, str]] = {
         "kv_cache_dtype": "kv-cache-dtype",
         "dtype": "dtype",
         "quantization": "quantize",
+        "max_batch_total_tokens": "max-batch-total-tokens",
     },
 }
+# Flags that change the engine's GPU memory and that kvplan's figures do not apply, with why. Every other
+# memory flag is read into a field of the request (see DeploymentRequest); flags that only change the host
+# (swap space, CPU LoRA slots) or nothing of memory are not listed.
+_UNMODELLED: dict[str, dict[str, str]] = {
+    "vllm": {
+        "speculative-config": "a draft model's weights and KV cache take GPU memory kvplan does not count",
+        "speculative-model": "a draft model's weights and KV cache take GPU memory kvplan does not count",
+        "num-speculative-tokens": "speculative decoding takes GPU memory kvplan does not count",
+        "enable-lora": "LoRA adapter slots (--max-loras x --max-lora-rank) take GPU memory kvplan does not count",
+        "num-gpu-blocks-override": "fixes vLLM's KV block count; kvplan derives it from memory",
+        "disable-sliding-window": "vLLM then caches the whole context of windowed layers; kvplan plans the window",
+        "hf-overrides": "config overrides are not applied to the model kvplan plans",
+        "rope-scaling": "changes the context the model accepts; kvplan plans the model's own config",
+        "kv-transfer-config": "KV connector buffers (NIXL, LMCache) take memory kvplan does not count",
+        "compilation-config": "CUDA-graph capture sizes change the memory vLLM sets aside; kvplan uses the default",
+        "cuda-graph-sizes": "CUDA-graph capture sizes change the memory vLLM sets aside; kvplan uses the default",
+        "enforce-eager": "no CUDA graphs: vLLM keeps that memory for KV; kvplan still subtracts it (conservative)",
+    },
+    "sglang": {
+        "max-total-tokens": "caps SGLang's token pool; kvplan sizes the pool from memory",
+        "speculative-algorithm": "a draft model's weights and KV cache take GPU memory kvplan does not count",
+        "speculative-draft-model-path": "a draft model's weights and KV cache take GPU memory kvplan does not count",
+        "enable-lora": "LoRA adapters take GPU memory kvplan does not count",
+        "lora-paths": "LoRA adapters take GPU memory kvplan does not count",
+        "json-model-override-args": "config overrides are not applied to the model kvplan plans",
+        "cuda-graph-max-bs": "CUDA-graph memory depends on it; kvplan uses SGLang's default",
+    },
+    "tgi": {
+        "speculate": "speculative tokens take KV kvplan does not count",
+        "lora-adapters": "LoRA adapters take GPU memory kvplan does not count",
+        "rope-scaling": "changes the context the model accepts; kvplan plans the model's own config",
+        "rope-factor": "changes the context the model accepts; kvplan plans the model's own config",
+    },
+}
+# TGI before 3.0 caps its default --max-total-tokens at 4096 (launcher: `let max_default = 4096;`, then
+# min(max_position_embeddings, max_default)); 3.x derives it from free memory instead.
+TGI_DEFAULT_MAX_TOTAL_TOKENS_CAP = 4096
+
 _HF_CACHE_RE = re.compile(r"models--([A-Za-z0-9][\w.-]*)--([\w.-]+?)(?:/|$)")
 _DOUBLE_DASH_RE = re.compile(r"(?:^|/)([A-Za-z0-9][\w.-]*?)--([A-Za-z0-9][\w.-]*)(?:/|$)")
 _REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(?:/[A-Za-z0-9][\w.-]*)?$")
 _VAR_NAME_RE = re.compile(r"\$[({]?(\w+)")
+GiB_BYTES = 2**30  # vLLM and SGLang read --cpu-offload-gb as GiB (`cpu_offload_gb * 1024**3`)
 _HUMAN_INT_RE = re.compile(r"^(\d+(?:\.\d+)?)([kmgKMG]?)$")
 
 
@@ -82,14 +130,19 @@ class Site:
 
 @dataclass(frozen=True)
 class Hardware:
-    """What the manifest says about the accelerators of one replica."""
+    """What the manifest says about the accelerators of one instance (one engine)."""
 
     gpu: str | None = None
     gpu_source: str = ""
-    num_gpus: int | None = None
+    num_gpus: int | None = None  # GPUs of the instance: per pod x pods, unless the format states the total
     unresolved: tuple[Unresolved, ...] = ()
     notes: tuple[str, ...] = ()
     missing_gpu: str | None = None  # why no GPU type was found, when none was
+    gpus_per_pod: int | None = None
+    pods_per_instance: int | None = None  # None: the file does not say (then --nnodes, else 1)
+    replicas: int = 1
+    gpu_memory_bytes: int | None = None  # when the file states it (GPU feature discovery's gpu.memory)
+    lines: tuple[tuple[str, int], ...] = ()  # "gpu", "num_gpus", "replicas" -> the line that states it
 
 
 @dataclass
@@ -135,12 +188,23 @@ def build_request(
     notes: tuple[str, ...] = (),
     unresolved: tuple[Unresolved, ...] = (),
     min_margin: float | None = None,
+    engine_version: str | None = None,
+    env: dict[str, str] | None = None,
+    model_line: int | None = None,
 ) -> DeploymentRequest:
-    """Map flags to fields. `model_hint` = (value, where) used when the command line names no model."""
+    """Map flags to fields. `model_hint` = (value, where) used when the command line names no model.
+
+    `default_gpu` fills in a GPU type the file does not state; `kvplan check --gpu` overrides the file
+    later, in one place (readers.finish), for every format alike.
+    """
     engine = parsed.engine
     names = _FIELDS[engine]
     out = _Collect(list(unresolved), list(notes) + list(parsed.notes) + list(hardware.notes))
     out.unresolved.extend(hardware.unresolved)
+    lines: dict[str, int] = dict(hardware.lines)
+    for (flag, _), line in zip(parsed.flags, parsed.flag_lines, strict=True):
+        if line is not None:
+            lines[f"--{flag}"] = line
 
     def text(key: str) -> str | None:
         flag = names.get(key)
@@ -151,32 +215,49 @@ def build_request(
         if raw is None:
             return None
         flag = names[key]
-        if not _usable(raw, key, f"--{flag}", site, out):
+        line = parsed.line(flag)
+        if line is not None:
+            lines[key] = line
+        if not _usable(raw, key, f"--{flag}", site, out, line=line):
             return None
         try:
             return _read_number(raw, kind, human)
         except ValueError:
             out.unresolved.append(
-                Unresolved(key, f"--{flag} is {raw!r}, not a {'whole number' if kind is int else 'number'}", f"fix --{flag}")
+                Unresolved(key, f"--{flag} is {raw!r}, not a {'whole number' if kind is int else 'number'}",
+                           f"fix --{flag}", line)
             )
             return None
 
-    model = _model(site, parsed, positional_model, model_hint, model_override, text("model"), out)
+    def whole(key: str, human: bool = False) -> int | None:
+        value = number(key, int, human)
+        return None if value is None else int(value)
 
-    tp = number("tp", int) or 1
-    pp = number("pp", int) or 1
-    dp_local = number("dp", int) if "dp" in names else None
-    dp_total = number("dp_total", int) if "dp_total" in names else None
-    dp = dp_local or dp_total or 1
+    def real(key: str) -> float | None:
+        value = number(key, float)
+        return None if value is None else float(value)
+
+    model = _model(site, parsed, positional_model, model_hint, model_override, text("model"), out)
+    if parsed.line(names["model"]) is not None:
+        lines["model"] = parsed.line(names["model"]) or 0
+    elif model_line is not None:
+        lines["model"] = model_line
+
+    tp = whole("tp") or 1
+    pp = whole("pp") or 1
+    dp_local = whole("dp") if "dp" in names else None
+    dp_total = whole("dp_total") if "dp_total" in names else None
+    dp = dp_total or 1
     if engine == "tgi" and parsed.get("num-shard") is None and hardware.num_gpus:
         # TGI shards over every GPU it can see when --num-shard is not given.
         tp = hardware.num_gpus
         out.notes.append(f"TGI without --num-shard shards over all {tp} visible GPUs")
 
-    gmu = number("gpu_memory_utilization", float)
+    gmu = real("gpu_memory_utilization")
     if gmu is not None and not 0 < gmu <= 1:
         flag = names["gpu_memory_utilization"]
-        out.unresolved.append(Unresolved("gpu_memory_utilization", f"--{flag} {gmu} is outside (0, 1]", f"set --{flag} between 0 and 1"))
+        out.unresolved.append(Unresolved("gpu_memory_utilization", f"--{flag} {gmu} is outside (0, 1]",
+                                         f"set --{flag} between 0 and 1", parsed.line(flag)))
         gmu = None
 
     prefix: bool | None = None
@@ -185,12 +266,43 @@ def build_request(
     if engine == "sglang" and parsed.get("disable-radix-cache") is not None:
         prefix = bool_word(parsed.get("disable-radix-cache") or "") != "true"
 
+    dp_attention = engine == "sglang" and _switch(parsed, "enable-dp-attention")
+    ep_size = whole("ep") if "ep" in names else None
+    expert_parallel = (engine == "vllm" and _switch(parsed, "enable-expert-parallel")) or (
+        engine == "sglang" and ((ep_size or 1) > 1 or _switch(parsed, "enable-ep-moe")
+                                or _switch(parsed, "enable-deepep-moe")))
+    nnodes = whole("nnodes") if "nnodes" in names else None
+    pods = hardware.pods_per_instance or nnodes or 1
+    if nnodes and hardware.pods_per_instance and nnodes != hardware.pods_per_instance:
+        out.notes.append(f"--nnodes {nnodes}, but the manifest runs {hardware.pods_per_instance} pods per instance")
+    num_gpus = hardware.num_gpus
+    if num_gpus is not None and hardware.pods_per_instance is None and nnodes and nnodes > 1:
+        # One pod of a StatefulSet (or LWS) per node: the instance holds every node's GPUs.
+        num_gpus = num_gpus * nnodes
+        out.notes.append(f"--nnodes {nnodes}: {nnodes} pods x {hardware.num_gpus} GPUs = {num_gpus} GPUs per instance")
+
+    offload_gib = real("cpu_offload_gb") if "cpu_offload_gb" in names else None
+    kv_memory = whole("kv_cache_memory", human=True) if "kv_cache_memory" in names else None
+    batch_tokens = whole("max_batch_total_tokens") if "max_batch_total_tokens" in names else None
+
+    max_model_len = whole("max_model_len", human=engine == "vllm")
+    cap = None
+    if engine == "tgi" and max_model_len is None:
+        major = _major(engine_version)
+        if major is not None and major < 3:
+            cap = TGI_DEFAULT_MAX_TOTAL_TOKENS_CAP
+            out.notes.append(f"TGI {engine_version} without --max-total-tokens serves min(model context, {cap})")
+        else:
+            out.notes.append("TGI 3 without --max-total-tokens sizes it from free memory (at most the model context)")
+    allow_long = bool(env) and bool_word((env or {}).get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "")) == "true"
+
     gpu, gpu_source = hardware.gpu, hardware.gpu_source
     if gpu is not None:
         template = find_template(gpu, site.templates)
         if template or unexpanded(gpu):
             out.unresolved.append(
-                Unresolved("gpu", f"the GPU type is templated ({unmask(gpu, site.templates)})", site.gpu_fix)
+                Unresolved("gpu", f"the GPU type is templated ({unmask(gpu, site.templates)})", site.gpu_fix,
+                           lines.get("gpu"))
             )
             gpu = None
     elif default_gpu:
@@ -198,18 +310,13 @@ def build_request(
     elif not any(u.field == "gpu" for u in out.unresolved):
         out.unresolved.append(Unresolved("gpu", hardware.missing_gpu or "no GPU type in the manifest", site.gpu_fix))
 
-    num_gpus = hardware.num_gpus
-    used = tp * pp * dp
     if num_gpus is not None:
+        used, rule = engine_gpus(engine, tp, pp, dp, dp_attention)
         if num_gpus > used:
-            out.notes.append(
-                f"{num_gpus} GPUs requested but tp x pp{' x dp' if dp > 1 else ''} = {used} uses {used}"
-            )
+            out.notes.append(f"{num_gpus} GPUs requested but {rule} = {used} uses {used}")
         elif num_gpus < used:
-            out.notes.append(
-                f"tp x pp{' x dp' if dp > 1 else ''} = {used} needs {used} GPUs but only {num_gpus} are "
-                "requested: the engine will not start"
-            )
+            out.notes.append(f"{rule} = {used} needs {used} GPUs but only {num_gpus} are requested: "
+                             "the engine will not start")
 
     return DeploymentRequest(
         location=site.location,
@@ -222,20 +329,67 @@ def build_request(
         num_gpus=num_gpus,
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
-        max_model_len=number("max_model_len", int, human=engine == "vllm"),
-        max_num_seqs=number("max_num_seqs", int),
-        max_num_batched_tokens=number("max_num_batched_tokens", int, human=engine == "vllm"),
+        max_model_len=max_model_len,
+        max_num_seqs=whole("max_num_seqs"),
+        max_num_batched_tokens=whole("max_num_batched_tokens", human=engine == "vllm"),
         gpu_memory_utilization=gmu,
         kv_cache_dtype=_plain(text("kv_cache_dtype"), "kv_cache_dtype", names, site, out),
         dtype=_plain(text("dtype"), "dtype", names, site, out),
         quantization=_plain(text("quantization"), "quantization", names, site, out),
-        block_size=number("block_size", int) if "block_size" in names else None,
+        block_size=whole("block_size") if "block_size" in names else None,
         enable_prefix_caching=prefix,
         min_margin=min_margin,
         flags=tuple((k, unmask(v, site.templates)) for k, v in parsed.flags),
         unresolved=tuple(out.unresolved),
         notes=tuple(dict.fromkeys(out.notes)),
+        gpus_per_pod=hardware.gpus_per_pod if hardware.gpus_per_pod is not None else hardware.num_gpus,
+        pods_per_instance=pods,
+        replicas=hardware.replicas,
+        data_parallel_size=dp,
+        data_parallel_size_local=dp_local,
+        dp_attention=dp_attention,
+        expert_parallel=expert_parallel,
+        expert_parallel_size=ep_size,
+        cpu_offload_bytes=round(offload_gib * GiB_BYTES) if offload_gib else None,
+        kv_cache_memory_bytes=kv_memory,
+        max_batch_total_tokens=batch_tokens,
+        max_model_len_cap_tokens=cap,
+        allow_long_max_model_len=allow_long,
+        engine_version=engine_version,
+        gpu_memory_bytes=hardware.gpu_memory_bytes,
+        ignored_flags=_ignored(parsed),
+        lines=tuple(sorted(lines.items())),
     )
+
+
+def engine_gpus(engine: str, tp: int, pp: int, dp: int, dp_attention: bool) -> tuple[int, str]:
+    """The GPUs one instance needs, and the rule in words: vLLM tp x pp x dp; SGLang tp x pp when its
+    DP-attention ranks live inside the TP group (else tp x pp x dp); TGI its shards."""
+    if engine == "sglang" and dp_attention:
+        return tp * pp, "tp x pp (DP-attention ranks share the TP GPUs)"
+    if dp > 1 and engine in ("vllm", "sglang"):
+        return tp * pp * dp, "tp x pp x dp"
+    return tp * pp, "tp x pp"
+
+
+def _switch(parsed: ParsedArgs, flag: str) -> bool:
+    value = parsed.get(flag)
+    return value is not None and bool_word(value) == "true"
+
+
+def _major(version: str | None) -> int | None:
+    head = (version or "").split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _ignored(parsed: ParsedArgs) -> tuple[IgnoredFlag, ...]:
+    """The flags given that change memory in ways kvplan does not model (a switch set to false changes nothing)."""
+    table = _UNMODELLED[parsed.engine]
+    found: dict[str, IgnoredFlag] = {}
+    for (flag, value), line in zip(parsed.flags, parsed.flag_lines, strict=True):
+        if flag in table and bool_word(value) != "false":
+            found[flag] = IgnoredFlag(flag, value, table[flag], line)
+    return tuple(found.values())
 
 
 def _model(
@@ -283,17 +437,20 @@ def _model(
     return model
 
 
-def _usable(raw: str, key: str, where: str, site: Site, out: _Collect, fix: str | None = None) -> bool:
+def _usable(raw: str, key: str, where: str, site: Site, out: _Collect, fix: str | None = None,
+            line: int | None = None) -> bool:
     """False (and an Unresolved) when a value is a Helm template or an undefined variable."""
     template = find_template(raw, site.templates)
     if template:
-        out.unresolved.append(Unresolved(key, f"{where} is templated: {template}", fix or site.render_fix))
+        out.unresolved.append(Unresolved(key, f"{where} is templated: {template}", fix or site.render_fix, line))
         return False
     variable = unexpanded(raw)
     if variable:
+        name = _VAR_NAME_RE.match(variable)
         out.unresolved.append(
             Unresolved(key, f"{where} is {raw!r}, and {variable} is not defined in the manifest",
-                       fix or f"define {_VAR_NAME_RE.match(variable).group(1)} in the container env, or write the value")
+                       fix or f"define {name.group(1) if name else variable} in the container env, or write the value",
+                       line)
         )
         return False
     return True
@@ -314,7 +471,8 @@ def _read_number(raw: str, kind: type, human: bool) -> int | float:
         match = _HUMAN_INT_RE.match(text)
         if match and match.group(2):
             unit = match.group(2)
-            scale = {"k": 10**3, "m": 10**6, "g": 10**9}[unit.lower()] if unit.islower() else {"K": 2**10, "M": 2**20, "G": 2**30}[unit]
+            decimal, binary = {"k": 10**3, "m": 10**6, "g": 10**9}, {"K": 2**10, "M": 2**20, "G": 2**30}
+            scale = decimal[unit] if unit.islower() else binary[unit]
             value = float(match.group(1)) * scale
             if value != int(value):
                 raise ValueError(text)
@@ -326,3 +484,47 @@ def unsupported(site: Site, engine: str, model: str | None, reason: str, fix: st
     """A deployment found but served by an engine kvplan does not model: reported, never evaluated."""
     return DeploymentRequest(site.location, site.name, site.source_format, engine.lower(), model, None, "", None,
                              unresolved=(Unresolved("engine", reason, fix),))
+
+
+def not_served(site: Site, what: str, fix: str) -> DeploymentRequest:
+    """A deployment whose container runs no model server kvplan knows (a simulator, an unknown command)."""
+    return DeploymentRequest(site.location, site.name, site.source_format, "unknown", None, None, "", None,
+                             unresolved=(Unresolved("engine", what, fix),))
+
+
+def apply_hardware(request: DeploymentRequest, *, gpu: str | None = None,
+                   gpu_memory_bytes: int | None = None) -> DeploymentRequest:
+    """Resolve the request's GPU against the catalog, after `kvplan check --gpu` / `--gpu-mem` are applied.
+
+    What wins: `--gpu` over the GPU type the file states (noted when they differ); `--gpu-mem` over every
+    other memory figure (the catalog's, or a node label's nvidia.com/gpu.memory); the catalog's figure over a
+    node label's (the catalog holds what CUDA reports, the label what nvidia-smi does). A GPU the catalog does
+    not know is a gap that names the closest catalog entries, unless --gpu-mem gives its memory.
+    """
+    unresolved = list(request.unresolved)
+    notes = list(request.notes)
+    name, source = request.gpu, request.gpu_source
+    if gpu:
+        if name and name != gpu:
+            notes.append(f"GPU {gpu} from --gpu (the file says {name})")
+        name, source = gpu, "--gpu"
+        unresolved = [u for u in unresolved if u.field != "gpu"]
+    memory, key = request.gpu_memory_bytes, None
+    if gpu_memory_bytes:
+        memory = gpu_memory_bytes
+        if name is None:
+            unresolved = [u for u in unresolved if u.field != "gpu"]
+            source = "--gpu-mem"
+    if name is not None:
+        try:
+            spec = find_gpu(name)
+        except InputError as exc:
+            if not gpu_memory_bytes:
+                how = "name a catalog GPU with annotation kvplan.io/gpu or --gpu, or give its memory with --gpu-mem"
+                unresolved.append(Unresolved("gpu", exc.message, how, request.line_of("gpu")))
+        else:
+            key = spec.key
+            if not gpu_memory_bytes:
+                memory = spec.total_memory_bytes
+    return replace(request, gpu=name, gpu_source=source if (name or memory) else "", gpu_key=key,
+                   gpu_memory_bytes=memory, unresolved=tuple(unresolved), notes=tuple(dict.fromkeys(notes)))

@@ -10,17 +10,19 @@ requirement: needing 40 GiB of 50 GiB is a 20% margin.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from kvplan.capacity.deployment import Deployment, Parallelism, WeightsChoice, Workload
-from kvplan.check.fields import fix_text
+from kvplan.check.fields import fix_text, request_field
 from kvplan.check.model import CANNOT_EVALUATE, DOES_NOT_FIT, FITS, CheckResult, DeploymentRequest
 from kvplan.engines import ENGINES, get_engine
-from kvplan.engines.generic import TgiOptions
+from kvplan.engines.tgi import TgiOptions
 from kvplan.engines.sglang import SglangOptions
 from kvplan.engines.vllm_engine import VllmOptions
 from kvplan.errors import KvplanError
-from kvplan.hardware.gpus import find_gpu
+from kvplan.hardware.gpus import GpuSpec, custom_gpu, find_gpu
+from kvplan.capacity.weights import RUNTIME_QUANTIZATIONS
 from kvplan.planner.fixes import find_fixes
 from kvplan.planner.serialize import reason as reason_of
 from kvplan.planner.serialize import verdict_to_dict
@@ -38,28 +40,28 @@ def required_requests(req: DeploymentRequest) -> int:
     return 1
 
 
-def _int_flag(req: DeploymentRequest, *names: str) -> int | None:
-    for name in names:
-        value = req.flag(name)
-        if value is not None and value.strip().isdigit():
-            return int(value)
-    return None
-
-
-def _bool_flag(req: DeploymentRequest, name: str) -> bool:
-    value = req.flag(name)
-    return value is not None and value.strip().lower() not in ("false", "0", "no", "off")
+def _vllm_version(req: DeploymentRequest, default: str) -> str:
+    """The release the image tag names, when kvplan models it; else the command's --vllm-version."""
+    if req.engine_version:
+        try:
+            VllmOptions(version=req.engine_version).validate()
+            return req.engine_version
+        except KvplanError:
+            pass
+    return default
 
 
 def _engine_options(req: DeploymentRequest, vllm_version: str) -> Any:
     builders: dict[str, Callable[[], Any]] = {
         "vllm": lambda: VllmOptions(
-            version=vllm_version,
+            version=_vllm_version(req, vllm_version),
             gpu_memory_utilization=req.gpu_memory_utilization,
             block_size=req.block_size,
             max_num_seqs=req.max_num_seqs if req.source_format != "kvplan" else None,
             max_num_batched_tokens=req.max_num_batched_tokens,
             enable_prefix_caching=req.enable_prefix_caching is not False,
+            kv_cache_memory_bytes=req.kv_cache_memory_bytes,
+            allow_long_max_model_len=req.allow_long_max_model_len,
         ),
         "sglang": lambda: SglangOptions(
             mem_fraction_static=req.gpu_memory_utilization,
@@ -70,32 +72,53 @@ def _engine_options(req: DeploymentRequest, vllm_version: str) -> Any:
         "tgi": lambda: TgiOptions(
             cuda_memory_fraction=req.gpu_memory_utilization or 1.0,
             max_batch_size=req.max_num_seqs,
+            max_batch_total_tokens=req.max_batch_total_tokens,
+            max_total_tokens_cap=req.max_model_len_cap_tokens,
         ),
     }
     return builders[req.engine]()
 
 
+def _gpu(req: DeploymentRequest) -> GpuSpec:
+    """The catalog card the file (or --gpu) names, at the memory --gpu-mem gives when it gives one (a label
+    kvplan does not know is then planned by that memory alone)."""
+    if req.gpu_memory_bytes is not None:
+        try:
+            gpu = find_gpu(req.gpu_key or req.gpu or "")
+        except KvplanError:
+            return custom_gpu(req.gpu_memory_bytes, name=req.gpu_key or req.gpu or "custom")
+    else:
+        gpu = find_gpu(req.gpu_key or req.gpu or "")
+    if req.gpu_memory_bytes is not None and req.gpu_memory_bytes != gpu.total_memory_bytes:
+        return replace(gpu, total_memory_bytes=req.gpu_memory_bytes, memory_source="given: --gpu-mem")
+    return gpu
+
+
+def _gpus_per_instance_given(req: DeploymentRequest) -> int | None:
+    """GPUs the file gives one instance: kvplan's own schema counts every replica's in `num_gpus`."""
+    if req.num_gpus is None:
+        return None
+    return req.num_gpus // max(1, req.replicas) if req.source_format == "kvplan" else req.num_gpus
+
+
 def to_deployment(req: DeploymentRequest, *, offline: bool, vllm_version: str) -> Deployment:
     """The deployment a request describes (raises KvplanError for what cannot be resolved)."""
-    gpu = find_gpu(req.gpu or "")
-    model = resolve_model(req.model or "", offline=offline, prefer_library=True).model
-    dp = _int_flag(req, "data-parallel-size", "dp", "dp-size") or 1
+    gpu = _gpu(req)
+    model = resolve_model(req.model or "", offline=offline, prefer_library=True, untrusted=True).model
     parallelism = Parallelism(
         tp=req.tensor_parallel_size,
         pp=req.pipeline_parallel_size,
-        dp=dp,
-        dp_attention=_bool_flag(req, "enable-dp-attention"),
-        expert_parallel=_bool_flag(req, "enable-expert-parallel"),
-        ep_size=_int_flag(req, "ep-size", "expert-parallel-size"),
+        dp=req.data_parallel_size,
+        dp_attention=req.dp_attention,
+        expert_parallel=req.expert_parallel,
+        ep_size=req.expert_parallel_size,
     )
-    offload = req.flag("cpu-offload-gb")
+    runtime = req.quantization in RUNTIME_QUANTIZATIONS and model.quant is None
     weights = WeightsChoice(
         dtype=None if req.dtype in (None, "auto") else req.dtype,
-        quantization=req.quantization if req.engine == "tgi" else None,
-        cpu_offload_bytes=round(float(offload) * GiB) if offload and offload.replace(".", "", 1).isdigit() else 0,
+        quantization=req.quantization if runtime else None,
+        cpu_offload_bytes=req.cpu_offload_bytes or 0,
     )
-    engine = get_engine(req.engine)
-    per_instance = engine.gpus_per_instance(parallelism)
     return Deployment(
         model=model,
         gpu=gpu,
@@ -104,8 +127,25 @@ def to_deployment(req: DeploymentRequest, *, offline: bool, vllm_version: str) -
         parallelism=parallelism,
         weights=weights,
         kv_cache_dtype=req.kv_cache_dtype or "auto",
-        instances=max(1, (req.num_gpus or per_instance) // per_instance),
+        instances=max(1, req.replicas),
     )
+
+
+def blockers(req: DeploymentRequest, *, offline: bool) -> list[str]:
+    """Everything that keeps a request from being evaluated, all at once (no GPU type AND an unknown model)."""
+    found = [f"{u.field}: {u.reason} ({u.how_to_fix})" for u in req.unresolved]
+    fields = {u.field for u in req.unresolved}
+    if req.model and "model" not in fields:
+        try:
+            resolve_model(req.model, offline=offline, prefer_library=True, untrusted=True)
+        except KvplanError as exc:
+            found.append(f"model: {exc.message}")
+    if (req.gpu or req.gpu_key) and "gpu" not in fields:
+        try:
+            _gpu(req)
+        except KvplanError as exc:
+            found.append(f"gpu: {exc.message}")
+    return found
 
 
 def _margin(v: Verdict) -> float | None:
@@ -124,8 +164,7 @@ def evaluate(
 ) -> CheckResult:
     """The verdict for one deployment request."""
     if req.unresolved:
-        why = "; ".join(f"{u.field}: {u.reason} ({u.how_to_fix})" for u in req.unresolved)
-        return CheckResult(req, CANNOT_EVALUATE, reason=why)
+        return CheckResult(req, CANNOT_EVALUATE, reason="; ".join(blockers(req, offline=offline)))
     if req.engine not in CHECKED_ENGINES or req.engine not in ENGINES:
         return CheckResult(req, CANNOT_EVALUATE, reason=f"engine '{req.engine}' has no capacity model in kvplan")
     try:
@@ -134,13 +173,14 @@ def evaluate(
         return CheckResult(req, CANNOT_EVALUATE, reason=exc.message)
     engine = get_engine(req.engine)
     per_instance = engine.gpus_per_instance(d.parallelism)
-    if req.num_gpus is not None and req.num_gpus < per_instance:
+    available = _gpus_per_instance_given(req)
+    if available is not None and available < per_instance:
         p = d.parallelism
         return CheckResult(
             req, DOES_NOT_FIT,
             reason=(f"the parallelism needs {per_instance} GPUs (tp {p.tp} x pp {p.pp}"
                     + (f" x dp {p.dp}" if per_instance != p.tp * p.pp else "")
-                    + f") but only {req.num_gpus} are requested: the engine will not start"),
+                    + f") but only {available} are requested: the engine will not start"),
             fix=f"request {per_instance} GPUs (nvidia.com/gpu: {per_instance})",
             reason_code="gpus",
         )
@@ -163,6 +203,7 @@ def evaluate(
         margin=None if margin is None else round(margin, 4),
         reason=None if why is None else why["message"],
         fix=fix_text(req, fixes[0]) if fixes else None,
+        fix_field=request_field(fixes[0].changes[0].field) if fixes else None,
         engine_lines=v.account.log_lines,
         reason_code=None if why is None else why["code"],
         max_requests=v.max_requests,

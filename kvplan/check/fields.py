@@ -76,3 +76,28 @@ def fix_text(req: DeploymentRequest, fix: Fix) -> str:
     gpus = fix.verdict.total_gpus
     where = f"fits on {gpus} GPU{'s' if gpus > 1 else ''}, up to {fix.verdict.max_requests:,} requests at once"
     return f"set {' and '.join(words)} ({where})"
+
+
+# Deployment field -> the DeploymentRequest field whose line a report points at.
+_REQUEST_FIELDS = {
+    "workload.max_model_len": "max_model_len",
+    "workload.concurrency": "max_num_seqs",
+    "parallelism.tp": "tensor_parallel_size",
+    "parallelism.pp": "pipeline_parallel_size",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "engine.gpu_memory_utilization": "gpu_memory_utilization",
+    "engine.mem_fraction_static": "gpu_memory_utilization",
+    "engine.cuda_memory_fraction": "gpu_memory_utilization",
+    "engine.max_num_seqs": "max_num_seqs",
+    "engine.max_running_requests": "max_num_seqs",
+    "engine.max_batch_size": "max_num_seqs",
+    "engine.block_size": "block_size",
+    "engine.page_size": "block_size",
+    "gpu": "gpu",
+    "instances": "num_gpus",
+}
+
+
+def request_field(field: str) -> str | None:
+    """The request field a fix changes (its line is where to change it)."""
+    return _REQUEST_FIELDS.get(field)

@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvplan.check.flag_tables import ENGINES, EngineFlags
+from kvplan.check.flag_tables import ENGINES, EngineFlags, engine_versions
 
 _NUMBER_RE = re.compile(r"^-\d")
 _BOOL_WORDS = {"true": "true", "false": "false", "1": "true", "0": "false", "yes": "true", "no": "false"}
@@ -26,6 +26,11 @@ class ParsedArgs:
     flags: tuple[tuple[str, str], ...]
     positionals: tuple[str, ...]
     notes: tuple[str, ...]
+    flag_lines: tuple[int | None, ...] = ()  # the file line of each flag, parallel to `flags`
+
+    def __post_init__(self) -> None:
+        if not self.flag_lines and self.flags:
+            object.__setattr__(self, "flag_lines", (None,) * len(self.flags))
 
     def get(self, name: str) -> str | None:
         value = None
@@ -33,6 +38,14 @@ class ParsedArgs:
             if key == name:
                 value = found
         return value
+
+    def line(self, name: str) -> int | None:
+        """The line of the occurrence of `name` that wins (the last one), when known."""
+        found = None
+        for (key, _), line in zip(self.flags, self.flag_lines, strict=True):
+            if key == name and line is not None:
+                found = line
+        return found
 
 
 def bool_word(text: str) -> str | None:
@@ -44,19 +57,29 @@ def parse_args(
     engine: str,
     argv: Sequence[str],
     *,
+    lines: Sequence[int | None] | None = None,
     extra_value: frozenset[str] = frozenset(),
     extra_boolean: frozenset[str] = frozenset(),
 ) -> ParsedArgs:
-    """Parse `argv` (the words after the program name) with `engine`'s grammar plus any runtime extras."""
+    """Parse `argv` (the words after the program name) with `engine`'s grammar plus any runtime extras.
+
+    `lines` gives the file line of each word, so each flag can be reported where it is written.
+    """
     grammar = ENGINES[engine]
+    here: int | None = None
     flags: list[tuple[str, str]] = []
+    flag_lines: list[int | None] = []
     positionals: list[str] = []
     notes: list[str] = []
     words = list(argv)
+    word_lines = list(lines) if lines is not None else []
+    word_lines += [None] * (len(words) - len(word_lines))
     i = 0
     while i < len(words):
         word = words[i]
         i += 1
+        flag_lines += [here] * (len(flags) - len(flag_lines))  # the flags of the word read before
+        here = word_lines[i - 1]
         if word == "--":
             positionals.extend(words[i:])
             break
@@ -87,7 +110,9 @@ def parse_args(
                 i += 1
             else:
                 flags.append((shown, "true"))
-            notes.append(f"flag {word.split('=')[0]} is not a known {engine} flag; kept as given")
+            versions = engine_versions(engine)
+            known = f" (read from {engine} {', '.join(versions)})" if versions else ""
+            notes.append(f"flag {word.split('=')[0]} is not a known {engine} flag{known}; kept as given")
             continue
         if negated:
             flags.append((name, "false"))
@@ -121,7 +146,8 @@ def parse_args(
             i += 1
         else:
             notes.append(f"flag --{name} has no value")
-    return ParsedArgs(engine, tuple(flags), tuple(positionals), tuple(notes))
+    flag_lines += [here] * (len(flags) - len(flag_lines))
+    return ParsedArgs(engine, tuple(flags), tuple(positionals), tuple(notes), tuple(flag_lines))
 
 
 def _canonical(
@@ -135,7 +161,8 @@ def _canonical(
         return name, ""
     if not long_form or not grammar.abbreviations or not name:
         return None, ""
-    candidates = {grammar.aliases.get(f, f) for f in (grammar.names | set(grammar.aliases) | extras) if f.startswith(name)}
+    known = grammar.names | set(grammar.aliases) | extras
+    candidates = {grammar.aliases.get(f, f) for f in known if f.startswith(name)}
     if len(candidates) == 1:
         return candidates.pop(), "unique prefix, as the engine's argument parser accepts it"
     return None, ""

@@ -1,24 +1,28 @@
-"""Render check results: a rich table for people, JSON, GitHub workflow annotations, JUnit XML; and the exit code.
+"""Render check results: a list for people, JSON, GitHub workflow annotations, JUnit XML; and the exit code.
 
 Exit code precedence (documented in the README): 1 when any deployment does not fit or fits with less than
-its required margin, else 2 when anything could not be evaluated, else 0. A definite "does not fit" wins
-over "could not evaluate" because it is the answer a reviewer must act on; both fail a CI job.
-The required margin of a deployment is the larger of `--min-margin` and its own `min_margin`.
+its required margin; else 2 when a file could not be read, when nothing was evaluated (no deployment found,
+or none had what evaluation needs) unless --allow-empty, or when --strict and any deployment could not be
+evaluated; else 0. A definite "does not fit" wins because it is the answer a reviewer must act on. Without
+--strict a deployment that cannot be evaluated is a warning, shown with every blocker, and does not fail
+the job by itself. The required margin of a deployment is the larger of `--min-margin` and its own.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import textwrap
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
-from kvplan.check.model import CANNOT_EVALUATE, DOES_NOT_FIT, FITS, CheckResult
+from kvplan.check.model import CANNOT_EVALUATE, DOES_NOT_FIT, FITS, VERDICTS, CheckResult, FileReport
 from kvplan.errors import EXIT_CANNOT_EVALUATE, EXIT_DOES_NOT_FIT, EXIT_OK
 from kvplan.units import fmt_gib
 
@@ -37,13 +41,95 @@ def misses_margin(result: CheckResult, min_margin: float | None) -> bool:
     return result.verdict == FITS and need is not None and result.margin is not None and result.margin < need
 
 
-def exit_code(results: Sequence[CheckResult], min_margin: float | None = None) -> int:
-    """0 all fit (with margin); 1 one does not fit or misses its margin; else 2 when one could not be evaluated."""
-    if any(r.verdict == DOES_NOT_FIT or misses_margin(r, min_margin) for r in results):
-        return EXIT_DOES_NOT_FIT
-    if any(r.verdict == CANNOT_EVALUATE for r in results):
-        return EXIT_CANNOT_EVALUATE
-    return EXIT_OK
+@dataclass(frozen=True)
+class Policy:
+    """How strict the run is: --min-margin, --strict (cannot evaluate fails), --allow-empty (empty passes)."""
+
+    min_margin: float | None = None
+    strict: bool = False
+    allow_empty: bool = False
+
+
+def unreadable(result: CheckResult) -> bool:
+    """A result that stands for a file that could not be read at all."""
+    return any(u.field == "file" for u in result.request.unresolved)
+
+
+def fails_job(result: CheckResult, policy: Policy) -> bool:
+    """Whether this one result fails the job by itself (an empty run fails as a whole, see exit_reason)."""
+    if result.verdict == DOES_NOT_FIT or misses_margin(result, policy.min_margin):
+        return True
+    return result.verdict == CANNOT_EVALUATE and (policy.strict or unreadable(result))
+
+
+def exit_reason(results: Sequence[CheckResult], policy: Policy = Policy()) -> tuple[int, str]:
+    """The exit code and why, in words for the closing summary line."""
+    failing = [r for r in results if r.verdict == DOES_NOT_FIT or misses_margin(r, policy.min_margin)]
+    if failing:
+        verb = "does" if len(failing) == 1 else "do"
+        below = " or miss their margin" if any(r.verdict == FITS for r in failing) else ""
+        return EXIT_DOES_NOT_FIT, f"{_count(len(failing), 'deployment')} {verb} not fit{below}"
+    broken = [r for r in results if unreadable(r)]
+    if broken:
+        return EXIT_CANNOT_EVALUATE, f"{_count(len(broken), 'file')} could not be read"
+    blocked = [r for r in results if r.verdict == CANNOT_EVALUATE]
+    if blocked and policy.strict:
+        return EXIT_CANNOT_EVALUATE, f"--strict and {_count(len(blocked), 'deployment')} could not be evaluated"
+    if not any(r.verdict in (FITS, DOES_NOT_FIT) for r in results) and not policy.allow_empty:
+        what = "no deployment found" if not results else "no deployment could be evaluated"
+        return EXIT_CANNOT_EVALUATE, f"{what} (--allow-empty to pass)"
+    if blocked:
+        return EXIT_OK, f"every evaluated deployment fits; {_count(len(blocked), 'warning')} (--strict to fail)"
+    return EXIT_OK, "every deployment fits" if results else "nothing to check (--allow-empty)"
+
+
+def exit_code(results: Sequence[CheckResult], min_margin: float | None = None, *, strict: bool = False,
+              allow_empty: bool = False) -> int:
+    """0 pass; 1 a deployment does not fit or misses its margin; 2 unreadable, empty, or --strict and blocked."""
+    return exit_reason(results, Policy(min_margin, strict, allow_empty))[0]
+
+
+def summary_line(results: Sequence[CheckResult], files: Sequence[FileReport], policy: Policy = Policy()) -> str:
+    """One closing line: counts, the exit code and why, and the files skipped."""
+    code, why = exit_reason(results, policy)
+    counts = [f"{sum(1 for r in results if r.verdict == FITS and not misses_margin(r, policy.min_margin))} fit"]
+    below = sum(1 for r in results if misses_margin(r, policy.min_margin))
+    if below:
+        counts.append(f"{below} below margin")
+    counts.append(f"{sum(1 for r in results if r.verdict == DOES_NOT_FIT)} do not fit")
+    counts.append(f"{sum(1 for r in results if r.verdict == CANNOT_EVALUATE and not unreadable(r))} cannot evaluate")
+    deployments = sum(1 for r in results if not unreadable(r))
+    skipped = [f.path for f in files if f.skipped]
+    text = (f"kvplan check: {_count(len(files), 'file')}, {_count(deployments, 'deployment')}: "
+            f"{', '.join(counts)}; exit {code}: {why}")
+    if skipped:
+        text += f"; skipped {_count(len(skipped), 'file')} without deployments: {', '.join(skipped)}"
+    return text
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+_FLAG_RE = re.compile(r"--([a-z][a-z0-9-]+)")
+
+
+def annotation_line(result: CheckResult) -> int:
+    """The line to annotate: the line of what the fix changes, of the first blocker, else the deployment's."""
+    req = result.request
+    if result.fix_field:
+        return req.line_of(result.fix_field)
+    if result.verdict == CANNOT_EVALUATE:
+        return next((u.line for u in req.unresolved if u.line is not None), req.location.line)
+    if result.fix:
+        # The fix names the flag to change ("lower --max-model-len to 33744"): point at that flag's line.
+        for flag in _FLAG_RE.findall(result.fix):
+            for key in (f"--{flag}", flag.replace("-", "_")):  # the flag as written, or the field it fills
+                if req.line_of(key) != req.location.line:
+                    return req.line_of(key)
+        if "GPU" in result.fix:
+            return req.line_of("num_gpus")
+    return req.location.line
 
 
 def _headline(result: CheckResult, min_margin: float | None) -> str:
@@ -64,7 +150,8 @@ def _headline(result: CheckResult, min_margin: float | None) -> str:
     if result.verdict == DOES_NOT_FIT:
         text = f"{text} does not fit: {result.reason or 'KV cache too small'}"
     elif misses_margin(result, min_margin):
-        text = f"{text} fits with margin {result.margin:.1%}, below the required {required_margin(result, min_margin):.1%}"
+        needed = required_margin(result, min_margin) or 0.0
+        text = f"{text} fits with margin {result.margin:.1%}, below the required {needed:.1%}"
     else:
         text = f"{text} fits"
     if figures:
@@ -107,21 +194,41 @@ def _as_dict(result: CheckResult, min_margin: float | None) -> dict[str, Any]:
         "max_requests": result.max_requests,
         "fix": result.fix,
         "fixes": list(result.fixes),
-        "unresolved": [{"field": u.field, "reason": u.reason, "how_to_fix": u.how_to_fix} for u in req.unresolved],
+        "figures": result.figures,
+        "unresolved": [{"field": u.field, "reason": u.reason, "how_to_fix": u.how_to_fix, "line": u.line}
+                       for u in req.unresolved],
         "notes": list(req.notes),
+        "gpus_per_pod": req.gpus_per_pod,
+        "pods_per_instance": req.pods_per_instance,
+        "replicas": req.replicas,
+        "data_parallel_size": req.data_parallel_size,
+        "dp_attention": req.dp_attention,
+        "expert_parallel": req.expert_parallel,
+        "cpu_offload_bytes": req.cpu_offload_bytes,
+        "gpu_key": req.gpu_key,
+        "gpu_memory_bytes": req.gpu_memory_bytes,
+        "ignored_flags": [{"flag": f.flag, "value": f.value, "why": f.why, "line": f.line} for f in req.ignored_flags],
+        "document": req.location.document or None,
         "flags": [[k, v] for k, v in req.flags],
         "engine_lines": list(result.engine_lines),
     }
 
 
-def render_json(results: Sequence[CheckResult], *, min_margin: float | None = None) -> str:
-    """A JSON document: {"results": [...], "summary": {verdict: count}, "exit_code": N}."""
-    summary = {v: sum(1 for r in results if r.verdict == v) for v in (FITS, DOES_NOT_FIT, CANNOT_EVALUATE)}
-    summary["below_min_margin"] = sum(1 for r in results if misses_margin(r, min_margin))
+def render_json(results: Sequence[CheckResult], *, min_margin: float | None = None,
+                files: Sequence[FileReport] = (), policy: Policy | None = None) -> str:
+    """A JSON document: {"results": [...], "files": [...], "summary": {...}, "exit_code": N, "exit_reason": ...}."""
+    policy = policy or Policy(min_margin)
+    summary: dict[str, Any] = {v: sum(1 for r in results if r.verdict == v) for v in VERDICTS}
+    summary["below_min_margin"] = sum(1 for r in results if misses_margin(r, policy.min_margin))
+    summary["files_skipped"] = sum(1 for f in files if f.skipped)
+    code, why = exit_reason(results, policy)
     payload = {
-        "results": [_as_dict(r, min_margin) for r in results],
+        "results": [_as_dict(r, policy.min_margin) for r in results],
+        "files": [{"file": f.path, "deployments": f.deployments, "skipped": f.skipped, "error": f.error}
+                  for f in files],
         "summary": summary,
-        "exit_code": exit_code(results, min_margin),
+        "exit_code": code,
+        "exit_reason": why,
     }
     return json.dumps(payload, indent=2)
 
@@ -134,35 +241,69 @@ def _gh_property(text: str) -> str:
     return _gh_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def render_github(results: Sequence[CheckResult], *, min_margin: float | None = None) -> str:
-    """GitHub Actions workflow commands, one per deployment: error (does not fit), warning, notice (fits)."""
+def render_github(results: Sequence[CheckResult], *, min_margin: float | None = None,
+                  files: Sequence[FileReport] = (), policy: Policy | None = None) -> str:
+    """GitHub Actions workflow commands: `::error` for what fails the job, `::warning` for what cannot be
+    evaluated without failing it, `::notice` for fits and skipped files; then the summary line.
+
+    Each annotation points at the line to change (the flag the fix names, the first blocker), not at the
+    container. Standard input has no file to annotate, so its annotations carry no file and line.
+    """
+    policy = policy or Policy(min_margin)
+    code, _ = exit_reason(results, policy)
+    empty_fails = code != EXIT_OK and not any(fails_job(r, policy) for r in results)
     lines = []
     for result in results:
         req = result.request
-        if result.verdict == DOES_NOT_FIT or misses_margin(result, min_margin):
-            level, title = "error", f"kvplan: {req.name} does not fit" if result.verdict == DOES_NOT_FIT else f"kvplan: {req.name} below margin"
+        if fails_job(result, policy) or (empty_fails and result.verdict == CANNOT_EVALUATE):
+            level = "error"
         elif result.verdict == CANNOT_EVALUATE:
-            level, title = "warning", f"kvplan: cannot evaluate {req.name}"
+            level = "warning"
         else:
-            level, title = "notice", f"kvplan: {req.name} fits"
-        lines.append(
-            f"::{level} file={_gh_property(req.location.file)},line={req.location.line},"
-            f"title={_gh_property(title)}::{_gh_data(_headline(result, min_margin))}"
-        )
-    return "\n".join(lines) + ("\n" if lines else "")
+            level = "notice"
+        if result.verdict == DOES_NOT_FIT:
+            title = f"kvplan: {req.name} does not fit"
+        elif misses_margin(result, policy.min_margin):
+            title = f"kvplan: {req.name} below margin"
+        elif result.verdict == CANNOT_EVALUATE:
+            title = f"kvplan: cannot evaluate {req.name}"
+        else:
+            title = f"kvplan: {req.name} fits"
+        where = "" if req.location.document else (
+            f"file={_gh_property(req.location.file)},line={annotation_line(result)},")
+        message = _headline(result, policy.min_margin)
+        if req.location.document:
+            message = f"{req.location}: {message}"
+        lines.append(f"::{level} {where}title={_gh_property(title)}::{_gh_data(message)}")
+    for report in files:
+        if report.skipped:
+            level = "error" if empty_fails else "notice"
+            lines.append(f"::{level} file={_gh_property(report.path)},title={_gh_property('kvplan: skipped')}::"
+                         f"{_gh_data(report.path + ': ' + report.skipped)}")
+    lines.append(summary_line(results, files, policy))
+    return "\n".join(lines) + "\n"
 
 
 def _xml_text(text: str) -> str:
     return text.translate(_XML_ILLEGAL)
 
 
-def render_junit(results: Sequence[CheckResult], *, min_margin: float | None = None) -> str:
-    """JUnit XML: one testcase per deployment; failure = does not fit (or below margin), error = cannot evaluate."""
+def render_junit(results: Sequence[CheckResult], *, min_margin: float | None = None,
+                 files: Sequence[FileReport] = (), policy: Policy | None = None) -> str:
+    """JUnit XML: one testcase per deployment (failure = does not fit or below margin, error = cannot
+    evaluate) and one skipped testcase per file without deployments."""
+    min_margin = (policy or Policy(min_margin)).min_margin
+    skipped_files = [f for f in files if f.skipped]
     failures = sum(1 for r in results if r.verdict == DOES_NOT_FIT or misses_margin(r, min_margin))
     errors = sum(1 for r in results if r.verdict == CANNOT_EVALUATE)
-    root = ET.Element("testsuites", name="kvplan check", tests=str(len(results)), failures=str(failures), errors=str(errors))
-    suite = ET.SubElement(root, "testsuite", name="kvplan check", tests=str(len(results)), failures=str(failures),
-                          errors=str(errors), skipped="0")
+    tests = str(len(results) + len(skipped_files))
+    root = ET.Element("testsuites", name="kvplan check", tests=tests, failures=str(failures), errors=str(errors))
+    suite = ET.SubElement(root, "testsuite", name="kvplan check", tests=tests, failures=str(failures),
+                          errors=str(errors), skipped=str(len(skipped_files)))
+    for report in skipped_files:
+        case = ET.SubElement(suite, "testcase", classname=_xml_text(report.path), name=_xml_text(report.path),
+                             file=_xml_text(report.path))
+        ET.SubElement(case, "skipped", message=_xml_text(report.skipped or ""))
     for result in results:
         req = result.request
         case = ET.SubElement(suite, "testcase", classname=_xml_text(req.location.file),
@@ -184,50 +325,86 @@ def render_junit(results: Sequence[CheckResult], *, min_margin: float | None = N
 
 
 def _short_location(req) -> str:
-    """file:line relative to the working directory when that is shorter (tables are read in CI logs)."""
+    """file:line relative to the working directory when that is shorter (reports are read in CI logs)."""
     try:
         rel = os.path.relpath(req.location.file)
     except ValueError:  # another drive on Windows
         rel = req.location.file
     path = rel if len(rel) < len(req.location.file) else req.location.file
-    return f"{path}:{req.location.line}"
+    where = f"{path}:{req.location.line}"
+    return f"{where} ({req.location.document})" if req.location.document else where
 
 
-def render_human(results: Sequence[CheckResult], console: Console, *, min_margin: float | None = None) -> None:
-    """A table of every deployment, then the reason and fix of each one that does not pass."""
-    table = Table(title="kvplan check", show_lines=False)
-    for column in ("where", "deployment", "model", "GPU x n (tp/pp)", "max len", "KV needed / available",
-                   "conc. / max seqs", "margin", "verdict"):
-        table.add_column(column, overflow="fold")
+_LABELS = {FITS: ("fits", "green"), DOES_NOT_FIT: ("does not fit", "red"),
+           CANNOT_EVALUATE: ("cannot evaluate", "yellow")}
+_INDENT = "    "
+
+
+def render_human(results: Sequence[CheckResult], console: Console, *, min_margin: float | None = None,
+                 files: Sequence[FileReport] = (), policy: Policy | None = None) -> None:
+    """Each deployment as a short block (verdict and place, then what was evaluated, the figures, why and the
+    fix), each skipped file with what it holds, then the summary line. Lines are wrapped at the console's
+    width between words, so a path or a number is never cut; a path longer than the line stands alone."""
+    policy = policy or Policy(min_margin)
+    width = max(40, console.width)
     for result in results:
         req = result.request
-        kv = (f"{fmt_gib(result.kv_needed_bytes)} / {fmt_gib(result.kv_available_bytes)}"
-              if result.kv_needed_bytes is not None and result.kv_available_bytes is not None else "-")
-        concurrency = f"{result.max_concurrency:.2f}" if result.max_concurrency is not None else "-"
-        concurrency += f" / {req.max_num_seqs}" if req.max_num_seqs is not None else " / default"
-        if result.verdict == FITS and not misses_margin(result, min_margin):
-            verdict = "[green]fits[/green]"
-        elif result.verdict == FITS:
-            verdict = "[red]below margin[/red]"
-        elif result.verdict == DOES_NOT_FIT:
-            verdict = "[red]does not fit[/red]"
-        else:
-            verdict = "[yellow]cannot evaluate[/yellow]"
-        table.add_row(
-            escape(_short_location(req)), escape(req.name), escape(req.model or "?"),
-            escape(f"{req.gpu or '?'} x {req.num_gpus if req.num_gpus is not None else '?'} "
-                   f"({req.tensor_parallel_size}/{req.pipeline_parallel_size})"),
-            str(req.max_model_len) if req.max_model_len is not None else "default", kv, concurrency,
-            f"{result.margin:.1%}" if result.margin is not None else "-", verdict,
-        )
-    console.print(table)
-    for result in results:
-        if result.verdict == FITS and not misses_margin(result, min_margin):
-            continue
-        req = result.request
-        console.print(f"[bold]{escape(str(req.location))}[/bold] {escape(_headline(result, min_margin))}", highlight=False)
-        for unresolved in req.unresolved:
-            console.print(f"  - {unresolved.field}: {unresolved.reason}. How to fix: {unresolved.how_to_fix}",
-                          markup=False, highlight=False)
-        for note in req.notes:
-            console.print(f"  note: {note}", markup=False, highlight=False)
+        label, style = _LABELS[result.verdict]
+        if misses_margin(result, policy.min_margin):
+            label, style = "below margin", "red"
+        if result.verdict == CANNOT_EVALUATE and not fails_job(result, policy):
+            style = "yellow"
+        head = Text.assemble((f"{label:<15}", f"bold {style}"), " ", _short_location(req))
+        console.print(head, soft_wrap=True)
+        for line in _details(result, policy):
+            for piece in _wrap(line, width):
+                console.print(piece, markup=False, highlight=False, soft_wrap=True)
+    for report in files:
+        if report.skipped:
+            console.print(Text.assemble((f"{'skipped':<15}", "bold"), " ", report.path), soft_wrap=True)
+            for piece in _wrap(report.skipped, width):
+                console.print(piece, markup=False, highlight=False, soft_wrap=True)
+    for piece in _wrap(summary_line(results, files, policy), width, indent=""):
+        console.print(piece, markup=False, highlight=False, soft_wrap=True)
+
+
+def _details(result: CheckResult, policy: Policy) -> list[str]:
+    req = result.request
+    lines = [f"{req.name}: {req.model or '?'} ({req.engine})"]
+    if req.num_gpus is not None or req.gpu:
+        shape = f"tp {req.tensor_parallel_size}, pp {req.pipeline_parallel_size}"
+        if req.data_parallel_size > 1:
+            shape += f", dp {req.data_parallel_size}"
+        replicas = f", {req.replicas} replicas" if req.replicas > 1 else ""
+        lines.append(f"{req.gpu or '?'} x {req.num_gpus if req.num_gpus is not None else '?'} ({shape}){replicas}, "
+                     f"max len {req.max_model_len if req.max_model_len is not None else 'default'}")
+    if result.kv_needed_bytes is not None and result.kv_available_bytes is not None:
+        figures = f"KV {fmt_gib(result.kv_needed_bytes)} needed of {fmt_gib(result.kv_available_bytes)}"
+        if result.margin is not None:
+            figures += f", margin {result.margin:.1%}"
+        if result.max_concurrency is not None:
+            figures += f", max concurrency {result.max_concurrency:.2f}"
+        lines.append(figures)
+    if result.verdict == DOES_NOT_FIT:
+        lines.append(f"why: {result.reason or 'KV cache too small'}")
+    elif misses_margin(result, policy.min_margin):
+        lines.append(f"why: margin {result.margin:.1%} is below the required "
+                     f"{required_margin(result, policy.min_margin):.1%}")
+    if result.fix and (result.verdict != FITS or misses_margin(result, policy.min_margin)):
+        lines.append(f"fix (line {annotation_line(result)}): {result.fix}")
+    if result.verdict == CANNOT_EVALUATE:
+        if not req.unresolved and result.reason:
+            lines.append(f"why: {result.reason}")
+        for gap in req.unresolved:
+            at = f" (line {gap.line})" if gap.line else ""
+            lines.append(f"- {gap.field}{at}: {gap.reason}. Fix: {gap.how_to_fix}")
+    for flag in req.ignored_flags:
+        lines.append(f"ignored --{flag.flag} {flag.value}: {flag.why}")
+    if result.verdict != FITS or misses_margin(result, policy.min_margin):
+        lines += [f"note: {n}" for n in req.notes]
+    return lines
+
+
+def _wrap(text: str, width: int, indent: str = _INDENT) -> list[str]:
+    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_long_words=False, break_on_hyphens=False) or [indent]

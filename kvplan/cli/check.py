@@ -2,48 +2,78 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from typing import Annotated
 
 import typer
-
-from kvplan.cli.output import stdout_console
+from rich.console import Console
 
 FORMATS = ("human", "json", "github", "junit")
 
 
 def check(
     paths: Annotated[list[str], typer.Argument(help="Deployment files or directories ('-' for stdin).")],
-    output_format: Annotated[str, typer.Option("--format", help="human, json, github (annotations) or junit.")] = "human",
-    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU type for deployments that name none, e.g. H100-80GB.")] = None,
+    output_format: Annotated[
+        str, typer.Option("--format", help="human, json, github (annotations) or junit.")
+    ] = "human",
+    gpu: Annotated[
+        str | None, typer.Option("--gpu", help="GPU type for every deployment; wins over the file's, e.g. H100-80GB.")
+    ] = None,
+    gpu_mem: Annotated[
+        str | None, typer.Option("--gpu-mem", help="Memory of each GPU, e.g. 80GiB; wins over the catalog's figure.")
+    ] = None,
     min_margin: Annotated[
         float | None, typer.Option("--min-margin", help="Fail unless this share of KV memory is left, e.g. 0.1.")
     ] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Fail when a deployment cannot be evaluated.")] = False,
+    allow_empty: Annotated[
+        bool, typer.Option("--allow-empty", help="Pass when no deployment was evaluated (else exit 2).")
+    ] = False,
     offline: Annotated[bool, typer.Option("--offline", help="Never touch the network: bundled library only.")] = False,
     vllm_version: Annotated[str, typer.Option("--vllm-version", help="vLLM behaviour: current or 0.19.")] = "current",
 ) -> None:
     """Fail the CI job when a deployment will not fit its GPUs.
 
     Example: kvplan check deploy/ --format github --min-margin 0.1
-    Exit codes: 0 all fit, 1 a deployment does not fit or misses --min-margin, 2 a file could not be evaluated.
+    Exit codes: 0 all fit, 1 a deployment does not fit or misses --min-margin, 2 a file could not be read,
+    nothing was evaluated, or (--strict) a deployment could not be evaluated.
     """
     from kvplan.check.evaluate import evaluate
-    from kvplan.check.files import load_requests
-    from kvplan.check.report import exit_code, render_github, render_human, render_json, render_junit
+    from kvplan.check.files import read_paths
+    from kvplan.check.report import Policy, exit_reason, render_github, render_human, render_json, render_junit
     from kvplan.errors import InputError
+    from kvplan.units import parse_size
 
     if output_format not in FORMATS:
         raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
     if min_margin is not None and not 0 <= min_margin < 1:
         raise InputError(f"--min-margin must be a fraction in [0, 1), got {min_margin}")
-    requests, failures = load_requests(paths, default_gpu=gpu)
-    results = failures + [
+    memory = parse_size(gpu_mem, "--gpu-mem") if gpu_mem is not None else None
+    if memory is not None and memory <= 0:
+        raise InputError(f"--gpu-mem must be a positive size such as 80GiB, got {gpu_mem!r}")
+    reading = read_paths(paths, gpu=gpu, gpu_memory_bytes=memory)
+    results = reading.failures + [
         evaluate(r, offline=offline, min_margin=min_margin, vllm_version=vllm_version)
-        for r in requests
+        for r in reading.requests
     ]
+    policy = Policy(min_margin, strict, allow_empty)
     if output_format == "human":
-        render_human(results, stdout_console(), min_margin=min_margin)
+        render_human(results, _console(), files=reading.files, policy=policy)
     else:
         render = {"json": render_json, "github": render_github, "junit": render_junit}[output_format]
-        sys.stdout.write(render(results, min_margin=min_margin) + "\n")
-    raise typer.Exit(exit_code(results, min_margin))
+        sys.stdout.write(render(results, files=reading.files, policy=policy) + "\n")
+    raise typer.Exit(exit_reason(results, policy)[0])
+
+
+def _console() -> Console:
+    """Human output at the terminal's width: COLUMNS when set, the terminal's own, else 80 (CI logs)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        width = int(columns)
+    elif sys.stdout.isatty():
+        width = shutil.get_terminal_size().columns
+    else:
+        width = 80
+    return Console(file=sys.stdout, highlight=False, soft_wrap=True, width=width)

@@ -20,7 +20,8 @@ def _size(value: str | None, flag: str) -> int | None:
 
 def _engine_options(engine: str, f: dict[str, Any]) -> Any:
     """The selected engine's options from the flags given (None: the engine's default)."""
-    from kvplan.engines.generic import GenericOptions, TgiOptions
+    from kvplan.engines.generic import GenericOptions
+    from kvplan.engines.tgi import TgiOptions
     from kvplan.engines.sglang import SglangOptions
     from kvplan.engines.transformers import TransformersOptions
     from kvplan.engines.vllm_engine import VllmOptions
@@ -51,7 +52,6 @@ def _engine_options(engine: str, f: dict[str, Any]) -> Any:
         )),
         "tgi": lambda: TgiOptions(**given(
             cuda_memory_fraction=f["gpu_memory_utilization"], max_batch_size=f["max_num_seqs"],
-            overhead_bytes=_size(f["overhead"], "--overhead"),
         )),
     }
     if engine not in builders:

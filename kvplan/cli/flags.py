@@ -67,7 +67,7 @@ ENGINE_FLAGS: dict[str, tuple[str, ...]] = {
     "--ep-size": ("sglang",),
     "--enable-expert-parallel": ("vllm",),
     "--hf-cache": ("transformers",),
-    "--overhead": ("transformers", "generic", "tgi"),
+    "--overhead": ("transformers", "generic"),
 }
 # What the other engine calls the same knob, for the error message.
 _COUNTERPARTS = {

@@ -7,8 +7,9 @@ below, and its flag names in kvplan/cli/flags.py (estimate) and kvplan/check/fla
 from __future__ import annotations
 
 from kvplan.engines.base import EngineModel
-from kvplan.engines.generic import GenericEngine, TgiEngine
+from kvplan.engines.generic import GenericEngine
 from kvplan.engines.sglang import SglangEngine
+from kvplan.engines.tgi import TgiEngine
 from kvplan.engines.transformers import TransformersEngine
 from kvplan.engines.vllm_engine import VllmEngine
 from kvplan.errors import FieldError

@@ -1,4 +1,4 @@
-"""Engines kvplan sizes with a plain budget: `generic` (any paged server) and TGI, which has no finer model here.
+"""The `generic` engine: a plain budget for any paged server kvplan has no model of.
 
 Per GPU: kv_budget = floor(total x fraction) - weights on the fullest rank - overhead, cut into paged
 requests by kvplan.capacity.kv (whole blocks per request, whole blocks of a shared prefix stored once).
@@ -24,9 +24,6 @@ from kvplan.units import GiB, fmt_gib
 # at tp >= 2 in the same logs.
 GENERIC_OVERHEAD_BYTES = 2 * GiB
 GENERIC_MULTI_GPU_EXTRA_BYTES = 2 * GiB
-# TGI's launcher: --max-total-tokens defaults to min(max_position_embeddings, 4096) (text-generation-launcher
-# --help, TGI 2.x); --cuda-memory-fraction to 1.0.
-TGI_DEFAULT_MAX_TOTAL_TOKENS_CAP = 4096
 
 
 def generic_overhead_bytes(gpus: int) -> int:
@@ -52,28 +49,23 @@ class GenericOptions:
             raise FieldError("engine.block_size", "must be between 1 and 2^20", self.block_size)
 
 
-@dataclass(frozen=True)
-class TgiOptions:
-    """Text Generation Inference's launcher options that size memory."""
-
-    engine: ClassVar[str] = "tgi"
-
-    cuda_memory_fraction: float = 1.0
-    max_batch_size: int | None = None
-    overhead_bytes: int | None = None
-
-    def validate(self) -> None:
-        if not 0 < self.cuda_memory_fraction <= 1:
-            raise FieldError("engine.cuda_memory_fraction", "must be in (0, 1]", self.cuda_memory_fraction)
-        if self.max_batch_size is not None and not 1 <= self.max_batch_size <= 1 << 30:
-            raise FieldError("engine.max_batch_size", "must be between 1 and 2^30", self.max_batch_size)
+def rank_weights_bytes(d: Deployment) -> int:
+    """Weights on the fullest rank as loaded (tp x pp split by parameter group), less any CPU offload."""
+    p = d.parallelism
+    dtype = d.weights.dtype or serving_dtype(d.model.config_dtype)
+    weights = estimate_weights(
+        d.model, dtype=dtype, tp=p.tp, pp=p.pp, quantization=d.weights.quantization,
+        override_bytes=d.weights.checkpoint_bytes,
+    ).per_gpu_bytes
+    return max(0, weights - d.weights.cpu_offload_bytes)
 
 
-def _paged_account(
+def paged_account(
     d: Deployment, *, name: str, length: int, fraction: float, overhead: int | None, block: int, cap: int | None,
-    notes: tuple[str, ...],
+    notes: tuple[str, ...], budget_terms: tuple[int, tuple[MemoryTerm, ...], int] | None = None,
 ) -> EngineAccount:
-    """The plain budget: requested - weights - overhead, requests in whole blocks with a shared prefix."""
+    """Requests in whole blocks with a shared prefix, against the plain budget requested - weights - overhead,
+    or against `budget_terms` = (requested, terms, KV budget) an engine computed its own way."""
     p = d.parallelism
     dtype = d.weights.dtype or serving_dtype(d.model.config_dtype)
     kv_dtype = resolve_kv_dtype(d.kv_cache_dtype, dtype)
@@ -86,19 +78,22 @@ def _paged_account(
         return estimate_kv(d.model, kv_dtype, req)
 
     kv = kv_at(length)
-    weights = estimate_weights(
-        d.model, dtype=dtype, tp=p.tp, pp=p.pp, quantization=d.weights.quantization,
-        override_bytes=d.weights.checkpoint_bytes,
-    ).per_gpu_bytes
-    weights = max(0, weights - d.weights.cpu_offload_bytes)
-    requested = math.floor(d.gpu.total_memory_bytes * fraction)
-    overhead = generic_overhead_bytes(p.tp * p.pp) if overhead is None else overhead
-    budget = requested - weights - overhead
+    weights = rank_weights_bytes(d)
+    if budget_terms is None:
+        requested = math.floor(d.gpu.total_memory_bytes * fraction)
+        overhead = generic_overhead_bytes(p.tp * p.pp) if overhead is None else overhead
+        budget = requested - weights - overhead
+        terms: tuple[MemoryTerm, ...] = (
+            MemoryTerm("weights", weights, "weights on the fullest rank"),
+            MemoryTerm("overhead", overhead, "activations and runtime (kvplan's generic figure)"),
+        )
+    else:
+        requested, terms, budget = budget_terms
     one = kv.paged_bytes_per_request
     refusal = None
     if budget <= 0:
-        refusal = Refusal("weights", f"weights ({fmt_gib(weights)}) and overhead ({fmt_gib(overhead)}) exceed the "
-                          f"{fmt_gib(requested)} the server may use", "gpu")
+        refusal = Refusal("weights", f"weights ({fmt_gib(weights)}) and what the engine keeps aside exceed the "
+                          f"{fmt_gib(requested)} it may use", "gpu")
     elif budget < one:
         refusal = Refusal("one_request", f"one request of {length:,} tokens needs {fmt_gib(one)} of KV; "
                           f"{fmt_gib(budget)} is left", "workload.max_model_len")
@@ -107,10 +102,7 @@ def _paged_account(
         version=None,
         total_memory_bytes=d.gpu.total_memory_bytes,
         requested_bytes=requested,
-        terms=(
-            MemoryTerm("weights", weights, "weights on the fullest rank"),
-            MemoryTerm("overhead", overhead, "activations and runtime (kvplan's generic figure)"),
-        ),
+        terms=terms,
         kv_budget_bytes=max(0, budget),
         pools=(KvPool("KV bytes", "byte", 1, max(0, budget), one, kv.shared_prefix_bytes),),
         max_model_len=length,
@@ -119,7 +111,7 @@ def _paged_account(
         kv_cache_tokens=None,
         refusal=refusal,
         notes=notes,
-        detail={"block_size": block, "paged_bytes_per_request": one, "overhead_bytes": overhead},
+        detail={"block_size": block, "paged_bytes_per_request": one},
         per_request_at=lambda n: (kv_at(n).paged_bytes_per_request,),
     )
 
@@ -142,38 +134,8 @@ class GenericEngine:
         o = d.engine
         if not isinstance(o, GenericOptions):
             raise TypeError("GenericEngine needs GenericOptions")
-        return _paged_account(
+        return paged_account(
             d, name=self.name, length=d.max_model_len, fraction=o.gpu_memory_utilization,
             overhead=o.overhead_bytes, block=o.block_size, cap=None,
             notes=("generic budget: a fixed overhead stands for activations and runtime; no engine rules",),
-        )
-
-
-class TgiEngine:
-    """Text Generation Inference: the plain budget at TGI's memory fraction and its max-total-tokens default."""
-
-    name: ClassVar[str] = "tgi"
-    label: ClassVar[str] = "TGI"
-    options_type: ClassVar[type] = TgiOptions
-    knobs: ClassVar[Knobs] = Knobs(fp8_kv_dtype="fp8_e4m3", request_cap="engine.max_batch_size")
-
-    def default_options(self) -> TgiOptions:
-        return TgiOptions()
-
-    def gpus_per_instance(self, p: Parallelism) -> int:
-        return p.tp  # --num-shard
-
-    def account(self, d: Deployment) -> EngineAccount:
-        o = d.engine
-        if not isinstance(o, TgiOptions):
-            raise TypeError("TgiEngine needs TgiOptions")
-        given = d.workload.max_model_len
-        stated = d.model.max_position_embeddings or TGI_DEFAULT_MAX_TOTAL_TOKENS_CAP
-        length = given or min(stated, TGI_DEFAULT_MAX_TOTAL_TOKENS_CAP)
-        notes = ["TGI has no engine model in kvplan: its budget is the generic one at --cuda-memory-fraction"]
-        if given is None:
-            notes.append(f"--max-total-tokens not given: TGI's default min(max_position_embeddings, 4096) = {length:,}")
-        return _paged_account(
-            d, name=self.name, length=length, fraction=o.cuda_memory_fraction, overhead=o.overhead_bytes,
-            block=16, cap=o.max_batch_size, notes=tuple(notes),
         )

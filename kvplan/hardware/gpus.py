@@ -127,6 +127,13 @@ _CATALOG: tuple[GpuSpec, ...] = (
         _N,
     ),
     GpuSpec(
+        "H800", "NVIDIA H800 80GB HBM3 (SXM)", ("NVIDIA H800",),
+        80 * GiB, "nominal: 80 GB HBM3, the H100 SXM's memory; device name from nvidia-smi -q [dcgm#120];"
+        " no totals found",
+        ("H800-80GB", "H800-SXM", "nvidia-h800"),
+        _N,
+    ),
+    GpuSpec(
         "B200", "NVIDIA B200", ("NVIDIA B200",),
         _from_rounded_gib("178.35"),
         "cuda: cudaGetDeviceProperties 178.35, printed as 'GB' but GiB by arithmetic [ao#4002]"
@@ -139,6 +146,19 @@ _CATALOG: tuple[GpuSpec, ...] = (
         85_198_045_184, "cuda: deviceQuery 81,251 MBytes (85,198,045,184 B), CUDA drv 11.4 [gengwg-gist]",
         ("A100-SXM4-80GB", "A100-SXM-80GB", "A100-80GB-SXM", "a100-80g", "nvidia-a100-80gb"),
         _N, _tb_per_s("2.039"), "secondary [cloud-atlas-a100]",
+    ),
+    GpuSpec(
+        "A800-80GB", "NVIDIA A800 80GB (SXM4)", ("NVIDIA A800-SXM4-80GB",),
+        81_920 * MiB, "nvidia-smi: 81,920 MiB, drv 535.86.10 [dexbotic#41] (a current driver's total, which"
+        " includes the driver-reserved part)",
+        ("A800-SXM4-80GB", "A800", "nvidia-a800"),
+        _N,
+    ),
+    GpuSpec(
+        "A800-80GB-PCIE", "NVIDIA A800 80GB PCIe", ("NVIDIA A800 80GB PCIe",),
+        81_920 * MiB, "nvidia-smi: 81,920 MiB, drv 550.54.15 [vllm#41519]",
+        ("A800-PCIE-80GB",),
+        _N,
     ),
     GpuSpec(
         "A100-80GB-PCIE", "NVIDIA A100 80GB PCIe", ("NVIDIA A100 80GB PCIe",),
@@ -195,6 +215,12 @@ _CATALOG: tuple[GpuSpec, ...] = (
         _from_rounded_gib("44.40"), "cuda: torch OOM 'total capacity of 44.40 GiB' [eagle#68]",
         ("L40-48GB", "NVIDIA L40"),
         _N, _tb_per_s("0.864"), "secondary [mullet]",
+    ),
+    GpuSpec(
+        "L20", "NVIDIA L20 48GB GDDR6", (),
+        48 * GiB, "nominal: 48 GB [livetalking#545]; no totals found",
+        ("L20-48GB", "NVIDIA L20", "nvidia-l20"),
+        _N,
     ),
     GpuSpec(
         "L40S", "NVIDIA L40S 48GB GDDR6 (ECC)", ("NVIDIA L40S",),
@@ -254,6 +280,14 @@ _CATALOG: tuple[GpuSpec, ...] = (
         _N,
     ),
     GpuSpec(
+        "RTX-PRO-6000", "NVIDIA RTX PRO 6000 Blackwell 96GB GDDR7",
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "NVIDIA RTX PRO 6000 Blackwell Server Edition"),
+        96 * GiB, "nominal: 96 GB, NVIDIA's MIG profile name RTX-PRO-6000-96GB [mig-parted#224]; device names"
+        " [cfg-pro6000ws, cfg-pro6000se]; no totals found",
+        ("RTX-PRO-6000-96GB", "RTX-PRO-6000-Blackwell", "RTXPRO6000", "nvidia-rtx-pro-6000"),
+        _N,
+    ),
+    GpuSpec(
         "RTX-A6000", "NVIDIA RTX A6000 48GB GDDR6", ("NVIDIA RTX A6000",),
         48 * GiB, "nominal: 48 GB GDDR6 [lambda-csv]; no totals found",
         ("A6000", "RTXA6000"),
@@ -301,6 +335,39 @@ _AWS_FAMILIES: dict[str, str] = {
     "p6-b200": "B200",
 }
 _AWS_TYPE = re.compile(r"^([a-z][a-z0-9-]*)\.(\d*x?large|metal(?:-[a-z0-9]+)?)$")
+
+# GCP accelerator-optimized machine types, by the part before the GPU count ("a3-highgpu-8g" -> "a3-highgpu"):
+# A2 Standard carries A100 40GB, A2 Ultra A100 80GB, A3 High/Edge H100 80GB, A3 Mega H100 Mega 80GB, A3 Ultra
+# H200, A4 B200, G2 L4 (its sizes are "g2-standard-N").
+_GCP_FAMILIES: dict[str, str] = {
+    "a2-highgpu": "A100-40GB",
+    "a2-megagpu": "A100-40GB",
+    "a2-ultragpu": "A100-80GB",
+    "a3-highgpu": "H100-80GB",
+    "a3-edgegpu": "H100-80GB",
+    "a3-megagpu": "H100-80GB",
+    "a3-ultragpu": "H200",
+    "a4-highgpu": "B200",
+    "g2-standard": "L4",
+}
+_GCP_TYPE = re.compile(r"^([a-z]\d-[a-z]+)-\d+g?$")
+
+# Azure GPU VM sizes name the GPU after the size ("Standard_ND96isr_H100_v5", "Standard_NC24ads_A100_v4");
+# older series do not, and are keyed by series and version ("Standard_NC24s_v3": NCv3 = V100 16GB).
+_AZURE_TYPE = re.compile(r"^standard_(n[cdv])(\d+)([a-z]*)(?:_([a-z0-9]+))?_v(\d+)$")
+_AZURE_NAMED: dict[str, str] = {
+    "h100": "H100-80GB",  # ND H100 v5 (SXM); the NC H100 v5 sizes are handled below (NVL)
+    "h200": "H200",
+    "a100": "A100-80GB",  # ND A100 v4 (80GB, SXM) ... NC A100 v4 carries the PCIe card, handled below
+    "t4": "T4",
+    "a10": "A10",
+    "mi300x": "MI300X",
+}
+_AZURE_SERIES: dict[tuple[str, str], str] = {
+    ("nc", "3"): "V100-16GB",  # NCv3
+    ("nd", "2"): "V100-32GB",  # NDv2 (ND40rs_v2)
+    ("nd", "4"): "A100-40GB",  # ND A100 v4 (ND96asr_v4)
+}
 
 # Oracle Cloud shapes: "BM.GPU.H100.8" names the GPU in its third part; two older shapes do not.
 _OCI_SHAPE = re.compile(r"^(?:bm|vm)\.(gpu\d*)(?:\.([a-z0-9-]+))?\.\d+$")
@@ -357,8 +424,19 @@ def all_gpus() -> tuple[GpuSpec, ...]:
 
 
 def _cloud_instance(text: str) -> GpuSpec | None:
-    """The GPU of an AWS instance type or OCI shape, None if `text` is neither; unknown families raise."""
+    """The GPU of an AWS/GCP/Azure instance type or OCI shape, None if `text` is none; unknown AWS families raise.
+
+    A bare AWS family ("p5", Karpenter's instance-family label) names its GPU too.
+    """
     lowered = text.strip().lower()
+    if lowered in _AWS_FAMILIES:
+        return _BY_KEY[_AWS_FAMILIES[lowered]]
+    gcp = _GCP_TYPE.match(lowered)
+    if gcp and gcp.group(1) in _GCP_FAMILIES:
+        return _BY_KEY[_GCP_FAMILIES[gcp.group(1)]]
+    azure = _AZURE_TYPE.match(lowered)
+    if azure:
+        return _azure(azure, text)
     aws = _AWS_TYPE.match(lowered)
     if aws:
         family = aws.group(1)
@@ -379,10 +457,31 @@ def _cloud_instance(text: str) -> GpuSpec | None:
     return None
 
 
+def _azure(match: re.Match[str], text: str) -> GpuSpec:
+    """The GPU of an Azure N-series size: by the GPU its name carries, else by series and version."""
+    series, named, version = match.group(1), match.group(4), match.group(5)
+    if series == "nv" and named == "a10" and int(match.group(2)) < 36:
+        # NVads A10 v5 below 36 vCPUs is a slice of one A10 (1/6, 1/3, 1/2 of its memory).
+        raise InputError(f"GPU '{text}' is a fraction of an A10; give its memory with --gpu-mem")
+    if named == "h100" and series == "nc":
+        return _BY_KEY["H100-NVL"]  # NC H100 v5 sizes carry the H100 NVL
+    if named == "a100" and series == "nc":
+        return _BY_KEY["A100-80GB-PCIE"]  # NC A100 v4 sizes carry the A100 80GB PCIe
+    if named in _AZURE_NAMED:
+        return _BY_KEY[_AZURE_NAMED[named]]
+    if (series, version) in _AZURE_SERIES:
+        return _BY_KEY[_AZURE_SERIES[(series, version)]]
+    raise InputError(
+        f"unknown GPU '{text}': Azure size series N{series[1].upper()} v{version} is not one kvplan knows;"
+        " name the GPU instead, or give --gpu-mem 48GiB"
+    )
+
+
 def find_gpu(name: str) -> GpuSpec:
     """Look a GPU up by key, alias, device name, k8s label, AWS instance type or OCI shape, ignoring case.
 
-    find_gpu("NVIDIA-H100-80GB-HBM3"), find_gpu("h100") and find_gpu("p5.48xlarge") all give H100-80GB.
+    find_gpu("NVIDIA-H100-80GB-HBM3"), find_gpu("h100"), find_gpu("p5.48xlarge"), find_gpu("a3-highgpu-8g")
+    and find_gpu("Standard_ND96isr_H100_v5") all give H100-80GB.
     """
     text = str(name).strip()
     if not _squash(text):

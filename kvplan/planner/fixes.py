@@ -21,6 +21,9 @@ from kvplan.planner.verdict import Verdict, plan
 TP_STEPS = (2, 4, 8)
 MAX_TP = 64
 WORKLOAD_FIELDS = ("workload.concurrency", "workload.max_model_len")
+# Among fixes on as many GPUs, the lighter change first: an engine setting (utilization 0.95, max_num_seqs)
+# before a lower-precision KV cache, which changes the numerics, before other parallelism or another card.
+_CHANGE_WEIGHT = {"engine": 1, "instances": 1, "kv_cache_dtype": 2, "parallelism": 2, "gpu": 3}
 
 
 @dataclass(frozen=True)
@@ -218,8 +221,8 @@ def find_fixes(
     def rank(f: Fix) -> tuple:
         headroom = f.verdict.headroom_bytes or 0
         budget = f.verdict.kv_budget_bytes or 1
-        return (f.beyond_context, not f.keeps_workload, f.other_gpu, f.verdict.total_gpus, len(f.changes),
-                -headroom / budget)
+        weight = sum(_CHANGE_WEIGHT.get(c.field.partition(".")[0], 1) for c in f.changes)
+        return (f.beyond_context, not f.keeps_workload, f.other_gpu, f.verdict.total_gpus, weight, -headroom / budget)
 
     return _pick(sorted(fixes.values(), key=rank), limit)
 

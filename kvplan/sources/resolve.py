@@ -100,18 +100,22 @@ def resolve_model(
     offline: bool = False,
     prefer_library: bool = False,
     refresh: bool = False,
+    untrusted: bool = False,
 ) -> Resolved:
     """Resolve MODEL (path, library name or Hub repo id) to a ModelSpec.
 
     A repo id in the local HF cache or the bundled library is answered from there; `refresh` (or a
     `revision`) asks the Hub instead. prefer_library: the bundled copy wins over the HF cache too (`kvplan
-    check` in CI must give the same answer on every machine).
+    check` in CI must give the same answer on every machine). untrusted: the name comes from a file kvplan
+    did not write (a deployment YAML): only an explicit `./path` or an absolute path is read from disk, so
+    `model: llama` never opens ./llama.
     """
     text = model.strip()
     if not text:
         raise ModelNotFoundError("the model argument is empty; give a Hub id, a library name or a config path")
     path = Path(text).expanduser()
-    if path.exists():
+    explicit = text.startswith(("./", "../", "/", "~"))
+    if (explicit or not untrusted) and path.exists():
         return Resolved(_from_path(path))
 
     entry = library.lookup(text)

@@ -53,7 +53,7 @@ def is_compose(data: Any) -> bool:
     )
 
 
-def compose_requests(doc: Document, data: Any, default_gpu: str | None) -> list[DeploymentRequest]:
+def compose_requests(doc: Document, data: Any) -> list[DeploymentRequest]:
     services = mapping(data.get("services"))
     line_of = getattr(services, "line_of", lambda key: doc.line)
     requests = []
@@ -75,8 +75,7 @@ def compose_requests(doc: Document, data: Any, default_gpu: str | None) -> list[
                             missing_gpu="compose files name no GPU type (no kvplan.io/gpu label)")
         hint = (env["MODEL_ID"], "environment MODEL_ID") if inv.engine == "tgi" and "MODEL_ID" in env else None
         requests.append(build_request(site, engine_args(inv, env), hardware, positional_model=inv.positional_model,
-                                      model_hint=hint, model_override=labels.get(MODEL_ANNOTATION),
-                                      default_gpu=default_gpu))
+                                      model_hint=hint, model_override=labels.get(MODEL_ANNOTATION)))
     return requests
 
 

@@ -46,7 +46,7 @@ def _word(value: Any) -> str:
     return str(value)
 
 
-def production_stack_requests(doc: Document, values: Any, default_gpu: str | None) -> list[DeploymentRequest]:
+def production_stack_requests(doc: Document, values: Any) -> list[DeploymentRequest]:
     """One request per servingEngineSpec.modelSpec entry."""
     engine_spec = mapping(values.get("servingEngineSpec"))
     specs = sequence(engine_spec.get("modelSpec"))
@@ -110,19 +110,19 @@ def production_stack_requests(doc: Document, values: Any, default_gpu: str | Non
                 gpu, source = _word(selector[label]), f"nodeSelector {label}"
         model_override = next((_word(a[MODEL_ANNOTATION]) for a in annotations if MODEL_ANNOTATION in a), None)
         replicas = spec.get("replicaCount")
-        if isinstance(replicas, int) and replicas > 1:
-            notes.append(f"{replicas} replicas, each evaluated alone")
+        replicas = replicas if isinstance(replicas, int) and replicas > 0 else 1
         model_url = spec.get("modelURL")
         hardware = Hardware(gpu, source, count, tuple(unresolved),
-                            missing_gpu="no GPU type in the values (no kvplan.io/gpu pod annotation, no GPU node label)")
+                            missing_gpu="no GPU type in the values (no kvplan.io/gpu pod annotation, no GPU node label)",
+                            gpus_per_pod=count, replicas=replicas)
         requests.append(
             build_request(site, parsed, hardware, model_hint=(_word(model_url), "modelURL") if model_url else None,
-                          model_override=model_override, default_gpu=default_gpu, notes=tuple(notes))
+                          model_override=model_override, notes=tuple(notes))
         )
     return requests
 
 
-def chart_values_requests(doc: Document, values: Any, default_gpu: str | None) -> list[DeploymentRequest]:
+def chart_values_requests(doc: Document, values: Any) -> list[DeploymentRequest]:
     """A single-model chart's values (image vllm, model.id, tensorParallelSize, maxModelLen, resources).
 
     The chart's own templates may add flags this file does not show (the GKE sample hard-codes
@@ -149,6 +149,5 @@ def chart_values_requests(doc: Document, values: Any, default_gpu: str | None) -
     )
     hardware = Hardware(gpu, source, count, tuple(count_unresolved + gpu_unresolved), tuple(gpu_notes), missing)
     return [
-        build_request(site, parsed, hardware, model_hint=(_word(model_id), "model.id") if model_id else None,
-                      default_gpu=default_gpu, unresolved=(hidden,))
+        build_request(site, parsed, hardware, model_hint=(_word(model_id), "model.id") if model_id else None, unresolved=(hidden,))
     ]

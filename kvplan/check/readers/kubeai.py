@@ -25,8 +25,7 @@ def _word(value: Any) -> str:
     return str(value)
 
 
-def model_request(doc: Document, name: str, spec: Any, line: int, source_format: str,
-                  default_gpu: str | None) -> DeploymentRequest:
+def model_request(doc: Document, name: str, spec: Any, line: int, source_format: str) -> DeploymentRequest:
     """The request for one KubeAI model spec (the CR's `spec` or one catalog entry)."""
     spec = mapping(spec)
     site = Site(Location(doc.file, line), name, source_format, doc.templates, gpu_fix=_GPU_FIX,
@@ -64,17 +63,16 @@ def model_request(doc: Document, name: str, spec: Any, line: int, source_format:
     if env:
         notes.append(f"env: {', '.join(sorted(env))}")
     hardware = Hardware(gpu, "KubeAI resourceProfile" if gpu else "", count, tuple(unresolved), missing_gpu=missing)
-    return build_request(site, parsed, hardware, model_hint=(_word(url), "url") if url else None,
-                         default_gpu=default_gpu, notes=tuple(notes))
+    return build_request(site, parsed, hardware, model_hint=(_word(url), "url") if url else None, notes=tuple(notes))
 
 
-def model_cr_requests(doc: Document, obj: Any, default_gpu: str | None) -> list[DeploymentRequest]:
+def model_cr_requests(doc: Document, obj: Any) -> list[DeploymentRequest]:
     name = _word(dig(obj, "metadata", "name") or "model")
-    return [model_request(doc, name, obj.get("spec"), doc.line, "kubeai", default_gpu)]
+    return [model_request(doc, name, obj.get("spec"), doc.line, "kubeai")]
 
 
-def catalog_requests(doc: Document, values: Any, default_gpu: str | None) -> list[DeploymentRequest]:
+def catalog_requests(doc: Document, values: Any) -> list[DeploymentRequest]:
     catalog = mapping(values.get("catalog"))
     line_of = getattr(catalog, "line_of", lambda key: doc.line)
-    return [model_request(doc, str(name), spec, line_of(name), "kubeai-catalog", default_gpu)
+    return [model_request(doc, str(name), spec, line_of(name), "kubeai-catalog")
             for name, spec in catalog.items() if isinstance(spec, dict)]

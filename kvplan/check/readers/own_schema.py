@@ -54,7 +54,7 @@ def is_own_schema(data: Any) -> bool:
     return isinstance(data, dict) and "kvplan" in data
 
 
-def own_schema_requests(doc: Document, data: Any, default_gpu: str | None) -> list[DeploymentRequest]:
+def own_schema_requests(doc: Document, data: Any) -> list[DeploymentRequest]:
     version = data.get("kvplan")
     if version != SCHEMA_VERSION:
         raise DeploymentError(f"{doc.file}:{doc.line}: kvplan: {version!r} is not a schema version kvplan reads (use kvplan: 1)")
@@ -69,10 +69,10 @@ def own_schema_requests(doc: Document, data: Any, default_gpu: str | None) -> li
     else:
         items = [{k: v for k, v in data.items() if k != "kvplan"}]
         lines = [doc.line]
-    return [_one(doc, item, line, i, default_gpu) for i, (item, line) in enumerate(zip(items, lines))]
+    return [_one(doc, item, line, i) for i, (item, line) in enumerate(zip(items, lines))]
 
 
-def _one(doc: Document, item: Any, line: int, index: int, default_gpu: str | None) -> DeploymentRequest:
+def _one(doc: Document, item: Any, line: int, index: int) -> DeploymentRequest:
     if not isinstance(item, dict):
         raise DeploymentError(f"{doc.file}:{line}: each deployment must be a mapping of keys")
     line_of = getattr(item, "line_of", lambda key: line)
@@ -101,16 +101,17 @@ def _one(doc: Document, item: Any, line: int, index: int, default_gpu: str | Non
         unresolved.append(Unresolved("model", problem or "", "write model: ORG/NAME"))
     gpu = fields.pop("gpu", None)
     source = "gpu key" if gpu else ""
-    if gpu is None and default_gpu:
-        gpu, source = default_gpu, "--gpu"
     if gpu is None:
         unresolved.append(Unresolved("gpu", "no gpu key", "add gpu: H100-80GB, or pass --gpu"))
     tp = fields.pop("tensor_parallel_size", 1)
     pp = fields.pop("pipeline_parallel_size", 1)
     num_gpus = fields.pop("num_gpus", tp * pp)
     notes = []
+    replicas = 1
     if num_gpus > tp * pp:
-        notes.append(f"{num_gpus} GPUs requested but tp x pp = {tp * pp} uses {tp * pp}")
+        # The schema's num_gpus counts every replica (README): 4 GPUs at tp x pp = 1 are 4 servers.
+        replicas = num_gpus // (tp * pp)
+        notes.append(f"num_gpus {num_gpus} with tp x pp = {tp * pp}: {replicas} replicas")
     elif num_gpus < tp * pp:
         notes.append(f"tp x pp = {tp * pp} needs {tp * pp} GPUs but only {num_gpus} are requested: the engine will not start")
     if "gpu_memory_utilization" in fields:
@@ -122,5 +123,7 @@ def _one(doc: Document, item: Any, line: int, index: int, default_gpu: str | Non
     return DeploymentRequest(
         location=Location(doc.file, line), name=name, source_format="kvplan", engine=engine, model=model,
         gpu=gpu, gpu_source=source if gpu else "", num_gpus=num_gpus, tensor_parallel_size=tp,
-        pipeline_parallel_size=pp, flags=flags, unresolved=tuple(unresolved), notes=tuple(notes), **fields,
+        pipeline_parallel_size=pp, flags=flags, unresolved=tuple(unresolved), notes=tuple(notes),
+        replicas=replicas, gpus_per_pod=num_gpus // replicas,
+        lines=tuple(sorted((KEYS[k][1], line_of(k)) for k in item if k in KEYS)), **fields,
     )

@@ -32,7 +32,7 @@ def is_vllm_config(data: Any) -> bool:
     return bool(sizing & set(known)) and len(known) * 2 >= len(keys)
 
 
-def vllm_config_requests(doc: Document, data: Any, default_gpu: str | None) -> list[DeploymentRequest]:
+def vllm_config_requests(doc: Document, data: Any) -> list[DeploymentRequest]:
     argv: list[str] = []
     for key, value in data.items():
         flag = f"--{_canonical(key)}"
@@ -57,4 +57,4 @@ def vllm_config_requests(doc: Document, data: Any, default_gpu: str | None) -> l
     used = ints[0] * ints[1] * ints[2]
     hardware = Hardware(num_gpus=used, notes=(f"GPU count taken as tp x pp x dp = {used}",),
                         missing_gpu="a vLLM config file names no GPU type")
-    return [build_request(site, parsed, hardware, default_gpu=default_gpu)]
+    return [build_request(site, parsed, hardware)]
