@@ -52,12 +52,14 @@ def _vllm_version(req: DeploymentRequest, default: str) -> str:
 
 
 def _engine_options(req: DeploymentRequest, vllm_version: str) -> Any:
+    # kvplan's own schema states a concurrency to hold (the workload), not a scheduler cap.
+    cap = req.max_num_seqs if req.source_format != "kvplan" else None
     builders: dict[str, Callable[[], Any]] = {
         "vllm": lambda: VllmOptions(
             version=_vllm_version(req, vllm_version),
             gpu_memory_utilization=req.gpu_memory_utilization,
             block_size=req.block_size,
-            max_num_seqs=req.max_num_seqs if req.source_format != "kvplan" else None,
+            max_num_seqs=cap,
             max_num_batched_tokens=req.max_num_batched_tokens,
             enable_prefix_caching=req.enable_prefix_caching is not False,
             kv_cache_memory_bytes=req.kv_cache_memory_bytes,
@@ -66,12 +68,12 @@ def _engine_options(req: DeploymentRequest, vllm_version: str) -> Any:
         "sglang": lambda: SglangOptions(
             mem_fraction_static=req.gpu_memory_utilization,
             page_size=req.block_size,
-            max_running_requests=req.max_num_seqs,
+            max_running_requests=cap,
             chunked_prefill_size=req.max_num_batched_tokens,
         ),
         "tgi": lambda: TgiOptions(
             cuda_memory_fraction=req.gpu_memory_utilization or 1.0,
-            max_batch_size=req.max_num_seqs,
+            max_batch_size=cap,
             max_batch_total_tokens=req.max_batch_total_tokens,
             max_total_tokens_cap=req.max_model_len_cap_tokens,
         ),

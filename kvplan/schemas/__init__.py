@@ -1,0 +1,1 @@
+"""JSON Schemas of kvplan's --json documents (estimate.schema.json); tests validate real output against them."""
