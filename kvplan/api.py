@@ -19,7 +19,7 @@ from kvplan.capacity.weights import WeightEstimate, estimate_weights
 from kvplan.engines import get_engine
 from kvplan.engines.vllm_engine import VllmOptions
 from kvplan.errors import FieldError, InputError
-from kvplan.hardware.gpus import COMMON_GPUS, GpuSpec, custom_gpu, find_gpu
+from kvplan.hardware.gpus import COMMON_GPUS, GpuSpec, custom_gpu, find_gpu, other_variants
 from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import ModelSpec
 from kvplan.planner.fixes import Fix, find_fixes
@@ -160,6 +160,11 @@ def estimate(req: EstimateRequest, *, fixes: bool = True) -> EstimateResult:
             raise FieldError("workload.max_model_len", f"{model.name} states no max context; give one")
         notices.append(f"no request length given: using the model's max context, "
                        f"{model.max_position_embeddings:,} tokens")
+    for name in req.gpu.names:
+        variants = other_variants(name)
+        if variants:
+            notices.append(f"GPU '{name}' is read as {find_gpu(name).key}; {', '.join(variants)} are {name} cards "
+                           "too: name one to choose")
     found, named = deployments(req, model)
     for d in found:
         d.validate()

@@ -137,6 +137,11 @@ def _notes(d: Deployment, r: VllmReport) -> list[str]:
     f = r.flags
     layout = r.stages[r.limiting_stage].layout
     out = [f"1 of vLLM's {r.num_blocks:,} blocks is its null block, which no request can use"]
+    if f.max_model_len % layout.block_size:
+        out.append(
+            f"a request of {f.max_model_len:,} tokens takes {cdiv(f.max_model_len, layout.block_size):,} whole "
+            f"blocks of {layout.block_size} per layer group: the last one is partly empty"
+        )
     windows = [g for g in layout.groups if g.kind == "sliding_window"]
     if windows:
         w = windows[0].window_tokens

@@ -515,3 +515,16 @@ def custom_gpu(total_memory_bytes: int, name: str = "custom") -> GpuSpec:
         aliases=(),
         vendor="unknown",
     )
+
+
+def other_variants(name: str) -> tuple[str, ...]:
+    """Catalog cards a bare family name could also mean: "A100" is read as A100-40GB, but A100-80GB and the
+    PCIe cards are A100s too. Empty when the name is a card's own key or names one card only."""
+    core = _core(name)
+    chosen = _INDEX.get(core)
+    if chosen is None or core == _core(chosen.key):
+        return ()
+    family = re.match(r"[a-z]+\d+", core)
+    if family is None:
+        return ()
+    return tuple(g.key for g in _CATALOG if g.key != chosen.key and _core(g.key).startswith(family.group(0)))
