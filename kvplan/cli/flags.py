@@ -6,8 +6,12 @@ spells them `--tp` and `--max-num-seqs`, and which engines have them.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvplan.errors import FieldError, InputError
-from kvplan.planner.fixes import Change
+
+if TYPE_CHECKING:
+    from kvplan.planner.fixes import Change
 
 # Deployment field -> the estimate flag that sets it.
 FIELD_FLAGS: dict[str, str] = {

@@ -527,4 +527,5 @@ def other_variants(name: str) -> tuple[str, ...]:
     family = re.match(r"[a-z]+\d+", core)
     if family is None:
         return ()
-    return tuple(g.key for g in _CATALOG if g.key != chosen.key and _core(g.key).startswith(family.group(0)))
+    # Only the cards people usually mean (COMMON_GPUS): "H100" is the SXM card; an A100 may well be an 80 GB one.
+    return tuple(k for k in COMMON_GPUS if k != chosen.key and _core(k).startswith(family.group(0)))
