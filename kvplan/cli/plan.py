@@ -243,7 +243,8 @@ def _render(result: Any, model_name: str, model: str, workload: Any, engine_labe
             console.print(Text(f"    note: {note}"))
     if len(options) > top:
         console.print()
-        console.print(Text(f"{len(options) - top:,} more options: --top {len(options)}, or --json."))
+        more = len(options) - top
+        console.print(Text(f"{more:,} more option{'s' if more > 1 else ''}: --top {len(options)}, or --json."))
     console.print()
     if result.unpriced:
         console.print(Text(f"No price for {', '.join(result.unpriced)}: ranked after the priced ones; give "

@@ -184,7 +184,8 @@ def _kv_dtype(engine: str, name: str) -> str | None:
 
 @dataclass(frozen=True)
 class _Found:
-    deployment: Deployment
+    deployment: Deployment  # with its replicas
+    one_instance: Verdict  # the same deployment planned as one instance (the engine's account is the same)
     per_instance_gpus: int
     instances: int
 
@@ -221,10 +222,13 @@ def _kv_lower_bound(model: ModelSpec, workload: Workload, kv: str) -> int:
     return estimate_kv(model, kv_dtype, KvRequest(seq_tokens=max(1, length))).model_contiguous_bytes_per_request
 
 
-def _kv_replicated(model: ModelSpec, tp: int) -> bool:
-    """Whether tp ranks each hold a copy of some KV: an MLA latent, or fewer KV heads than ranks."""
+def _kv_replicated(model: ModelSpec) -> Callable[[int], bool]:
+    """Whether tp ranks would each hold a copy of some KV: an MLA latent (tp does not split it), or fewer KV heads
+    than ranks (Qwen3-30B-A3B's 4 KV heads on 8 ranks: each head on two)."""
     heads = [h for h in (getattr(s, "num_kv_heads", None) for s in model.layers) if h]
-    return any(getattr(s, "kind", "") == "mla" for s in model.layers) or any(tp > h for h in heads)
+    fewest = min(heads) if heads else None
+    mla = any(getattr(s, "kind", "") == "mla" for s in model.layers)
+    return lambda tp: mla or (fewest is not None and tp > fewest)
 
 
 def _fewest_instances(shape_ranks: int, gpu: GpuSpec, weights_bytes: int, kv_bytes: int, concurrency: int) -> int:
@@ -242,7 +246,8 @@ def _fewest_instances(shape_ranks: int, gpu: GpuSpec, weights_bytes: int, kv_byt
 
 def _candidates(
     model: ModelSpec, workload: Workload, gpu: GpuSpec, options: EngineOptions, kv: str, quantization: str | None,
-    shapes: Sequence[Parallelism], space: SearchSpace, weights_bytes: int, stats: SearchStats,
+    shapes: Sequence[Parallelism], space: SearchSpace, weights_bytes: int, replicated: Callable[[int], bool],
+    stats: SearchStats,
 ) -> list[_Found]:
     """The shapes on `gpu` that hold the workload on the fewest GPUs, each with its replicas."""
     engine = get_engine(space.engine)
@@ -265,7 +270,7 @@ def _candidates(
         per_instance = engine.gpus_per_instance(shape)
         tie = bool(best) and least_gpus == best_total
         dp_worth_trying = shape.dp not in {f.deployment.parallelism.dp for f in best} and any(
-            _kv_replicated(model, f.deployment.parallelism.tp) for f in best)
+            replicated(f.deployment.parallelism.tp) for f in best)
         if least_gpus > best_total or (tie and shape.pp >= min(f.deployment.parallelism.pp for f in best)
                                        and not dp_worth_trying):
             stats.pruned_gpus += 1
@@ -282,7 +287,7 @@ def _candidates(
         if instances is None:
             stats.refused += v.account.refusal is not None
             continue
-        found = _Found(replace(d, instances=instances), per_instance, instances)
+        found = _Found(replace(d, instances=instances), v, per_instance, instances)
         if found.total_gpus > best_total:
             continue
         if found.total_gpus < best_total:
@@ -291,18 +296,34 @@ def _candidates(
     return best
 
 
-def _final(found: _Found, engine: str, stats: SearchStats) -> Verdict | None:
-    """The candidate with its replicas, its KV budget pinned where the engine allows, planned in full."""
-    stats.planned += 1
-    v = plan(found.deployment)
+def _winner(tied: list[_Found], engine: str, stats: SearchStats) -> Verdict | None:
+    """Of the candidates on the fewest GPUs: the fewest pipeline stages (each token crosses every stage in
+    turn, so stages add latency), then the most KV headroom with its replicas; its KV budget pinned where the
+    engine allows, and planned in full (the longest context, the workload figure). A lone candidate needs no
+    comparison: its one-instance account (replicas do not change it) gives the pin."""
+    if not tied:
+        return None
+    best = tied[0]
+    if len(tied) > 1:
+        verdicts = []
+        for found in tied:
+            stats.planned += 1
+            verdicts.append((plan(found.deployment, detail=False), found))
+        fitting = [(v, f) for v, f in verdicts if v.fits]
+        if not fitting:
+            return None
+        best = min(fitting, key=lambda vf: (vf[1].deployment.parallelism.pp,
+                                            -PlanOption(vf[0], None).headroom_share))[1]
     pin = KV_PINS.get(engine)
-    change = pin(v) if pin is not None and v.fits else None
+    change = pin(best.one_instance) if pin is not None else None
     if change is not None:
         stats.planned += 1
-        pinned = plan(apply(found.deployment, (change,)))
+        pinned = plan(apply(best.deployment, (change,)))
         if pinned.fits:
-            v = pinned
-    return v if v.fits else None
+            return pinned
+    stats.planned += 1
+    final = plan(best.deployment)
+    return final if final.fits else None
 
 
 def _rank(option: PlanOption) -> tuple:
@@ -332,18 +353,16 @@ def search(model: ModelSpec, workload: Workload, space: SearchSpace, options: En
         quantizations = [None]
     shapes = SHAPES.get(space.engine, _dense_shapes)(model, space)
     weights = {q: _weights_lower_bound(model, q) for q in quantizations}
+    replicated = _kv_replicated(model)
     stats = SearchStats()
     found: list[PlanOption] = []
     for gpu in space.gpus:
         for kv in kv_names:
             for q in quantizations:
-                tied = _candidates(model, workload, gpu, options, kv, q, shapes, space, weights[q], stats)
-                verdicts = [v for v in (_final(f, space.engine, stats) for f in tied) if v is not None]
-                if verdicts:
-                    # At equal GPUs, the fewest pipeline stages (each token crosses every stage in turn, so
-                    # stages add latency), then the most KV headroom.
-                    best = min(verdicts, key=lambda v: (v.deployment.parallelism.pp,
-                                                        -PlanOption(v, None).headroom_share))
+                tied = _candidates(model, workload, gpu, options, kv, q, shapes, space, weights[q], replicated,
+                                   stats)
+                best = _winner(tied, space.engine, stats)
+                if best is not None:
                     found.append(PlanOption(best, prices.get(gpu.key)))
     ranked = tuple(sorted(found, key=_rank))
     unpriced = tuple(dict.fromkeys(o.deployment.gpu.key for o in ranked if o.price is None))
