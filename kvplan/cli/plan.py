@@ -320,6 +320,8 @@ def plan_command(
     for notice in resolved.notices:
         out.notice(notice)
     spec = resolved.model
+    if seq is None and spec.max_position_embeddings is None:
+        raise InputError(f"{spec.name} states no max context; give --max-model-len")
     try:
         workload = Workload(max_model_len=seq, concurrency=concurrency, shared_prefix_tokens=shared_prefix,
                             prefix_hit_rate=prefix_hit_rate, mix=request_mix(input_len, output_len, lengths))
