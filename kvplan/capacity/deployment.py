@@ -8,6 +8,7 @@ planner (kvplan.planner) into one verdict. Values are validated here with errors
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
@@ -22,6 +23,9 @@ MAX_CONTEXT_TOKENS = 1 << 30
 MAX_CONCURRENCY = 10**8
 MAX_PARALLEL = 4096
 MAX_INSTANCES = 100_000
+# Observed request lengths read from a file: a day of traffic logs fits; a million-line file is still read in
+# about a second, and more adds nothing to a mean.
+MAX_MIX_REQUESTS = 1_000_000
 
 
 def check_int(name: str, value: object, low: int, high: int) -> int:
@@ -36,23 +40,83 @@ def check_int(name: str, value: object, low: int, high: int) -> int:
 
 
 @dataclass(frozen=True)
+class RequestMix:
+    """Requests as they really come, as a histogram of their lengths (prompt + answer tokens).
+
+    From mean lengths (--input-len 2,000 --output-len 500) it is one request of 2,500 tokens; from a file of
+    observed lengths, one entry per distinct length with how many requests had it. A request keeps its prompt
+    and, by its last token, its whole answer in the KV cache. Build it with `RequestMix.of(pairs)`, which checks
+    every pair once: a mix may hold a million requests and every plan() validates its deployment.
+    """
+
+    totals: tuple[tuple[int, int], ...]  # (prompt + answer tokens, requests that long), shortest first
+    mean_input_tokens: float
+    mean_output_tokens: float
+    shortest_prompt_tokens: int
+    source: str = "means"  # where the lengths came from, for people: "means", "lengths.jsonl"
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[int, int]], source: str = "means") -> RequestMix:
+        """The mix of (prompt, answer) token pairs, each checked: prompts of 1 token or more, answers of 0 or more."""
+        counts: dict[int, int] = {}
+        n = prompts = answers = 0
+        shortest = MAX_CONTEXT_TOKENS
+        for prompt, answer in pairs:
+            check_int("workload.mix.input_tokens", prompt, 1, MAX_CONTEXT_TOKENS)
+            check_int("workload.mix.output_tokens", answer, 0, MAX_CONTEXT_TOKENS)
+            n += 1
+            if n > MAX_MIX_REQUESTS:
+                raise FieldError("workload.mix", f"holds more than {MAX_MIX_REQUESTS:,} requests")
+            counts[prompt + answer] = counts.get(prompt + answer, 0) + 1
+            prompts, answers, shortest = prompts + prompt, answers + answer, min(shortest, prompt)
+        if not n:
+            raise FieldError("workload.mix", "holds no request lengths; give --input-len and --output-len")
+        return cls(tuple(sorted(counts.items())), prompts / n, answers / n, shortest, source)
+
+    @property
+    def requests(self) -> int:
+        return sum(n for _, n in self.totals)
+
+    def validate(self) -> None:
+        if not self.totals or any(length < 1 or n < 1 for length, n in self.totals):
+            raise FieldError("workload.mix", "holds no request lengths; give --input-len and --output-len")
+
+
+@dataclass(frozen=True)
 class Workload:
     """What the server must hold at once: `concurrency` requests of up to `max_model_len` tokens each.
 
     max_model_len None means the engine's default: the context the model's config states.
-    shared_prefix_tokens: a prompt prefix common to every request, stored once per instance where the engine
-    caches prefixes (whole blocks/pages of it only).
+    shared_prefix_tokens: a prompt prefix common to requests (a system prompt), stored once per instance where
+    the engine caches prefixes (whole blocks/pages of it only); prefix_hit_rate: the share of requests that
+    find it cached (1.0: every one). mix: the requests' real lengths, for the workload figure beside the
+    max-model-len one (kvplan.planner.workload).
     """
 
     max_model_len: int | None = None
     concurrency: int = 1
     shared_prefix_tokens: int = 0
+    prefix_hit_rate: float = 1.0
+    mix: RequestMix | None = None
 
     def validate(self) -> None:
         if self.max_model_len is not None:
             check_int("workload.max_model_len", self.max_model_len, 1, MAX_CONTEXT_TOKENS)
         check_int("workload.concurrency", self.concurrency, 1, MAX_CONCURRENCY)
         check_int("workload.shared_prefix_tokens", self.shared_prefix_tokens, 0, MAX_CONTEXT_TOKENS)
+        rate = self.prefix_hit_rate
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
+            raise FieldError("workload.prefix_hit_rate", "must be a share between 0 and 1, such as 0.8",
+                             repr(rate)[:40])
+        if self.mix is not None:
+            self.mix.validate()
+            if self.shared_prefix_tokens > self.mix.shortest_prompt_tokens:
+                raise FieldError(
+                    "workload.shared_prefix_tokens",
+                    f"is longer than the shortest prompt of the request mix ({self.mix.shortest_prompt_tokens:,} "
+                    "tokens): the prefix is part of every prompt",
+                    self.shared_prefix_tokens,
+                )
 
 
 @dataclass(frozen=True)
@@ -169,6 +233,13 @@ class Deployment:
                 f"must be shorter than the request length {self.max_model_len:,}: each request generates "
                 "tokens of its own",
                 self.workload.shared_prefix_tokens,
+            )
+        mix = self.workload.mix
+        if mix is not None and mix.totals[0][0] > self.max_model_len:
+            raise FieldError(
+                "workload.mix",
+                f"every request is longer than the {self.max_model_len:,} tokens one may hold (the shortest, prompt "
+                f"and answer, is {mix.totals[0][0]:,}); shorten them or raise the max-model-len",
             )
 
     @property

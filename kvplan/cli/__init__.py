@@ -76,9 +76,11 @@ def main() -> None:
 from kvplan.cli.check import check as _check  # noqa: E402
 from kvplan.cli.estimate import estimate as _estimate  # noqa: E402
 from kvplan.cli.models import models_command as _models  # noqa: E402
+from kvplan.cli.plan import plan_command as _plan  # noqa: E402
 from kvplan.cli.verify import verify_command as _verify  # noqa: E402
 
 app.command("estimate")(handle_errors(_estimate))
 app.command("check")(handle_errors(_check))
+app.command("plan")(handle_errors(_plan))
 app.command("models")(handle_errors(_models))
 app.command("verify")(handle_errors(_verify))

@@ -21,8 +21,8 @@ def _size(value: str | None, flag: str) -> int | None:
 def _engine_options(engine: str, f: dict[str, Any]) -> Any:
     """The selected engine's options from the flags given (None: the engine's default)."""
     from kvplan.engines.generic import GenericOptions
-    from kvplan.engines.tgi import TgiOptions
     from kvplan.engines.sglang import SglangOptions
+    from kvplan.engines.tgi import TgiOptions
     from kvplan.engines.transformers import TransformersOptions
     from kvplan.engines.vllm_engine import VllmOptions
 
@@ -69,10 +69,14 @@ def _gpu_names(gpu: str | None) -> tuple[str, ...]:
 
 
 def estimate(
-    model: opt.Model,
+    model: opt.Models,
     seq: opt.Seq = None,
-    batch: opt.Batch = 1,
+    batch: opt.Batch = "1",
     shared_prefix: opt.SharedPrefix = 0,
+    prefix_hit_rate: opt.PrefixHitRate = 1.0,
+    input_len: opt.InputLen = None,
+    output_len: opt.OutputLen = None,
+    lengths: opt.Lengths = None,
     kv_cache_dtype: opt.KvCacheDtype = "auto",
     tp: opt.Tp = 1,
     pp: opt.Pp = 1,
@@ -109,10 +113,14 @@ def estimate(
     hf_cache: opt.HfCache = None,
     overhead: opt.Overhead = None,
     json_out: opt.Json = False,
+    csv_out: opt.Csv = False,
+    plot: opt.Plot = None,
 ) -> None:
     """Size the KV cache of MODEL and fit it to a GPU as the serving engine would.
 
     Example: kvplan estimate meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192 --batch 32 --gpu H100
+
+    Lists sweep every combination: --seq 4k,8k,32k --batch 1,16 --gpu H100,H200, several models.
     """
     from kvplan.api import EstimateRequest, GpuChoice, ModelSource
     from kvplan.api import estimate as run_estimate
@@ -135,12 +143,23 @@ def estimate(
         if value is not None
     ]
     check_engine_flags(engine, given)
+    from kvplan.cli.lengths import request_mix
+    from kvplan.cli.lists import counts
+
+    seqs: tuple[int | None, ...] = counts(seq, "--max-model-len") or (None,)
+    batches = counts(batch, "--batch", human=False)
+    mix = request_mix(input_len, output_len, lengths)
+    if not model or not batches:
+        raise InputError("name a model, e.g. kvplan estimate meta-llama/Llama-3.1-8B-Instruct")
+    sweep = len(model) * len(seqs) * len(batches) > 1 or csv_out or plot is not None
     out = Output(json_mode=json_out)
-    try:
-        request = EstimateRequest(
-            source=ModelSource(model, revision=revision, token=token, offline=offline, refresh=refresh,
+
+    def request_for(name: str, seq_tokens: int | None, requests: int) -> EstimateRequest:
+        return EstimateRequest(
+            source=ModelSource(name, revision=revision, token=token, offline=offline, refresh=refresh,
                                weights_from_hub=weights_from_hub),
-            workload=Workload(max_model_len=seq, concurrency=batch, shared_prefix_tokens=shared_prefix),
+            workload=Workload(max_model_len=seq_tokens, concurrency=requests, shared_prefix_tokens=shared_prefix,
+                              prefix_hit_rate=prefix_hit_rate, mix=mix),
             parallelism=Parallelism(tp=tp, pp=pp, dp=dp, dp_attention=bool(enable_dp_attention),
                                     expert_parallel=bool(enable_expert_parallel), ep_size=ep_size),
             gpu=GpuChoice(names=_gpu_names(gpu), memory_bytes=_size(gpu_mem, "--gpu-mem"), num_gpus=num_gpus),
@@ -153,7 +172,14 @@ def estimate(
             kv_cache_dtype=kv_cache_dtype,
             engine=_engine_options(engine, flags),
         )
-        result = run_estimate(request)
+
+    if sweep:
+        from kvplan.cli.sweep import run_sweep
+
+        combos = [(m, s, b) for m in model for s in seqs for b in batches]
+        raise typer.Exit(run_sweep([request_for(*c) for c in combos], out, csv_out=csv_out, plot=plot))
+    try:
+        result = run_estimate(request_for(model[0], seqs[0], batches[0]))
     except FieldError as exc:
         raise flag_error(exc) from None
     for notice in result.notices:

@@ -22,15 +22,34 @@ TRANSFORMERS = "Transformers and generic"
 OUTPUT = "Output"
 
 Model = Annotated[str, typer.Argument(help="Hub repo id, local config.json or model dir, or a library name.")]
-Seq = Annotated[
-    int | None,
-    typer.Option("--seq", "--max-model-len", help="Tokens per request (default: the model's context).",
-                 rich_help_panel=WORKLOAD),
+Models = Annotated[
+    list[str], typer.Argument(help="Hub repo ids, local config.json or model dirs, or library names (several sweep).")
 ]
-Batch = Annotated[int, typer.Option("--batch", "-b", help="Requests held at once.", rich_help_panel=WORKLOAD)]
+Seq = Annotated[
+    str | None,
+    typer.Option("--seq", "--max-model-len", help="Tokens per request as vLLM reads them (32k = 32,000, 32K = 32,768; "
+                 "default: the model's context); a list sweeps: 4k,8k,32k.", rich_help_panel=WORKLOAD),
+]
+Batch = Annotated[
+    str, typer.Option("--batch", "-b", help="Requests held at once; a list sweeps: 1,8,32.", rich_help_panel=WORKLOAD)
+]
 SharedPrefix = Annotated[
-    int, typer.Option("--shared-prefix", help="Prompt tokens every request shares (cached once).",
+    int, typer.Option("--shared-prefix", "--prefix-len", help="Prompt tokens requests share (cached once).",
                       rich_help_panel=WORKLOAD),
+]
+PrefixHitRate = Annotated[
+    float, typer.Option("--prefix-hit-rate", help="Share of requests that find that prefix cached (1).",
+                        rich_help_panel=WORKLOAD),
+]
+InputLen = Annotated[
+    int | None, typer.Option("--input-len", help="Mean prompt tokens of real requests.", rich_help_panel=WORKLOAD)
+]
+OutputLen = Annotated[
+    int | None, typer.Option("--output-len", help="Mean answer tokens of real requests.", rich_help_panel=WORKLOAD)
+]
+Lengths = Annotated[
+    str | None, typer.Option("--lengths", help="File of observed prompt/answer token pairs (or JSONL).",
+                             rich_help_panel=WORKLOAD),
 ]
 KvCacheDtype = Annotated[
     str, typer.Option("--kv-cache-dtype", help="auto, bf16, fp16, fp32, fp8, fp8_e4m3, fp8_e5m2, int8, int4, nvfp4.",
@@ -143,3 +162,8 @@ Overhead = Annotated[
     str | None, typer.Option("--overhead", help="Activations and runtime per GPU (2 GiB).", rich_help_panel=TRANSFORMERS)
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON.", rich_help_panel=OUTPUT)]
+Csv = Annotated[bool, typer.Option("--csv", help="Print one CSV row per combination.", rich_help_panel=OUTPUT)]
+Plot = Annotated[
+    str | None, typer.Option("--plot", help="Draw KV memory and concurrency against context: FILE.png or .svg "
+                             "(needs the [plot] extra).", rich_help_panel=OUTPUT),
+]

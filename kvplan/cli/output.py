@@ -44,7 +44,7 @@ def _width() -> int:
 class Output:
     json_mode: bool = False
 
-    def result(self, data: dict[str, Any], render: Callable[[Console], None]) -> None:
+    def result(self, data: dict[str, Any] | list[dict[str, Any]], render: Callable[[Console], None]) -> None:
         """Print a command's result: the JSON document, or the human rendering of the same data."""
         if self.json_mode:
             sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
@@ -54,6 +54,11 @@ class Output:
             render(console)
         # Tables pad their last column with spaces; a pasted or diffed report should carry none.
         sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+    @staticmethod
+    def raw(text: str) -> None:
+        """Machine text as it is (CSV rows): never wrapped at the terminal's width, no markup."""
+        sys.stdout.write(text)
 
     @staticmethod
     def notice(message: str) -> None:

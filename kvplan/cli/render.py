@@ -156,6 +156,11 @@ def _account_table(v: Verdict) -> Table:
         t.add_row("max requests", f"{v.max_requests:,}",
                   f"at once (engine figure {v.max_concurrency:,.2f}x" + (
                       f", cap {a.request_cap:,}" if a.request_cap else "") + ")")
+    if v.workload is not None:
+        w = v.workload
+        t.add_row("real requests", f"{w.requests:,}",
+                  f"at once at {w.mean_input_tokens:,.0f} + {w.mean_output_tokens:,.0f} tokens on average "
+                  f"(kvplan's figure; {_engine_name(v)} prints only the max-model-len one above)")
     if v.longest_context_tokens is not None:
         t.add_row("longest context", f"{v.longest_context_tokens:,}",
                   f"tokens for {_requests(v.deployment.workload.concurrency)}")

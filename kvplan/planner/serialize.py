@@ -39,6 +39,28 @@ def reason(v: Verdict) -> dict[str, Any] | None:
     return {"code": v.limit, "message": message, "field": None, "summary": LIMIT_MESSAGES.get(v.limit, "")}
 
 
+def workload_to_dict(v: Verdict) -> dict[str, Any]:
+    """The workload figure beside the engine's: real request lengths resident at once (`workload_concurrency`)."""
+    w = v.workload
+    if w is None:
+        return {}
+    return {
+        "workload_concurrency": w.requests,
+        "workload": {
+            "requests_per_cache": w.requests_per_cache,
+            "limit": w.limit,
+            "mean_input_tokens": round(w.mean_input_tokens, 2),
+            "mean_output_tokens": round(w.mean_output_tokens, 2),
+            "mix_requests": w.mix_requests,
+            "capped_requests": w.capped_requests,
+            "source": w.source,
+            "mean_units_per_request": [round(float(u), 4) for u in w.mean_units],
+            # vLLM prints only the max-model-len figure ("Maximum concurrency for N tokens per request").
+            "engine_prints": "max_concurrency",
+        },
+    }
+
+
 def verdict_to_dict(v: Verdict) -> dict[str, Any]:
     a = v.account
     return {
@@ -80,6 +102,7 @@ def verdict_to_dict(v: Verdict) -> dict[str, Any]:
         "log_lines": list(a.log_lines),
         "notes": list(v.notes),
         "engine_detail": dict(a.detail),
+        **workload_to_dict(v),
     }
 
 

@@ -17,6 +17,7 @@ from kvplan.capacity.deployment import MAX_CONCURRENCY, Deployment
 from kvplan.engines import get_engine
 from kvplan.engines.base import EngineAccount, KvPool
 from kvplan.model.specs import kv_heads_per_rank
+from kvplan.planner.workload import WorkloadFit, with_prefix_hit_rate, workload_concurrency
 
 # What limits a deployment that does not fit, besides an engine refusal code (kvplan.engines.base).
 LIMIT_FITS = "fits"
@@ -56,6 +57,7 @@ class Verdict:
     max_requests: int  # whole requests held and run at once, over every cache
     longest_context_tokens: int | None  # longest max-model-len at which the workload fits (None: not computed)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    workload: WorkloadFit | None = None  # the workload's real lengths resident at once (needs a request mix)
 
     @property
     def total_gpus(self) -> int:
@@ -147,10 +149,11 @@ def _notes(d: Deployment) -> list[str]:
 
 
 def plan(d: Deployment, *, detail: bool = True) -> Verdict:
-    """The verdict for `d`. `detail` adds the longest context (a bisection); the fix search skips it."""
+    """The verdict for `d`. `detail` adds the longest context (a bisection) and the workload figure; the fix
+    search and the plan search skip them."""
     d.validate()
     engine = get_engine(d.engine.engine)
-    account = engine.account(d)
+    account = with_prefix_hit_rate(engine.account(d), d.workload.prefix_hit_rate)
     caches = d.instances * d.parallelism.dp
     share = -(-d.workload.concurrency // caches)
     uses = tuple(PoolUse(p, p.needed_units(share)) for p in account.pools)
@@ -183,4 +186,5 @@ def plan(d: Deployment, *, detail: bool = True) -> Verdict:
         max_requests=per_cache * caches,
         longest_context_tokens=longest,
         notes=tuple(_notes(d)) + account.notes,
+        workload=workload_concurrency(account, d.workload, caches) if detail else None,
     )

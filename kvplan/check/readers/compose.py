@@ -71,8 +71,10 @@ def compose_requests(doc: Document, data: Any) -> list[DeploymentRequest]:
         labels = _env(service.get("labels"))
         count, unresolved = _gpus(service)
         gpu = labels.get(GPU_ANNOTATION)
+        replicas = dig(service, "deploy", "replicas")
         hardware = Hardware(gpu, f"label {GPU_ANNOTATION}" if gpu else "", count, tuple(unresolved),
-                            missing_gpu="compose files name no GPU type (no kvplan.io/gpu label)")
+                            missing_gpu="compose files name no GPU type (no kvplan.io/gpu label)",
+                            replicas=replicas if isinstance(replicas, int) and replicas > 0 else 1)
         hint = (env["MODEL_ID"], "environment MODEL_ID") if inv.engine == "tgi" and "MODEL_ID" in env else None
         requests.append(build_request(site, engine_args(inv, env), hardware, positional_model=inv.positional_model,
                                       model_hint=hint, model_override=labels.get(MODEL_ANNOTATION)))

@@ -1,0 +1,1 @@
+"""What kvplan writes for a planned deployment: the engine's command line and deployment files."""
