@@ -20,7 +20,9 @@ def check(
         float | None, typer.Option("--min-margin", help="Fail unless this share of KV memory is left, e.g. 0.1.")
     ] = None,
     offline: Annotated[bool, typer.Option("--offline", help="Never touch the network: bundled library only.")] = False,
-    vllm_version: Annotated[str, typer.Option("--vllm-version", help="vLLM behaviour: current or 0.19.")] = "current",
+    vllm_version: Annotated[
+        str, typer.Option("--vllm-version", help="vLLM release, 0.6.0 to 0.33, or current.")
+    ] = "current",
 ) -> None:
     """Fail the CI job when a deployment will not fit its GPUs.
 
