@@ -51,16 +51,16 @@ def test_unknown_or_malformed_release_names_the_field_and_what_is_accepted(text)
 def test_a_release_takes_the_last_change_at_or_before_it():
     assert rules_for("0.16.1rc1.dev206+g097eb544e").since == (0, 14, 0)
     assert rules_for("0.10.1.1").since == (0, 10, 1)
-    assert rules_for("0.21.0").since == (0, 20, 1)  # no wheel was read; 0.20.1's rules hold until 0.28
+    assert rules_for("0.21.0").since == (0, 20, 1)  # no wheel was read; 0.20.1's rules hold until 0.27
     assert rules_for("current") == RULES[-1]
 
 
 # (release before, release after, field, value before, value after): every rule change of engine-rules.md.
 CHANGES = [
     ("0.6.2", "0.6.3", "concurrency_line", False, True),
-    ("0.6.3", "0.6.4", "v0_charges_context", False, True),
+    ("0.6.3", "0.6.4", "v0_budget", "free_drop", "absolute"),
     ("0.6.3", "0.6.4", "v1_available", False, True),
-    ("0.6.4", "0.6.5", "v0_charges_context", True, False),
+    ("0.6.4", "0.6.5", "v0_budget", "absolute", "snapshot"),
     ("0.6.4", "0.6.5", "v0_chunked_tokens", 512, 2048),
     ("0.6.6", "0.7.0", "v1_batch_rule", "fixed", "name"),
     ("0.7.0", "0.7.1", "mla_latent", False, True),
@@ -70,7 +70,7 @@ CHANGES = [
     ("0.7.3", "0.8.0", "block_sizes", (8, 16, 32, 64, 128), (1, 8, 16, 32, 64, 128)),
     ("0.8.4", "0.8.5", "v1_batch_rule", "name", "memory"),
     ("0.8.5", "0.9.0", "v1_batch_rule", "memory", "memory_not_a100"),
-    ("0.9.0", "0.9.1", "v1_charges_context", True, False),
+    ("0.9.0", "0.9.1", "v1_budget", "absolute", "snapshot"),
     ("0.9.0", "0.9.1", "hybrid_groups", False, True),
     ("0.9.0", "0.9.1", "v1_tokens_rule", "blocks", "blocks_per_group"),
     ("0.9.0", "0.9.1", "v1_concurrency_rule", "tokens", "blocks"),
@@ -97,6 +97,7 @@ CHANGES = [
     ("0.19.1", "0.20.0", "default_utilization", 0.90, 0.92),
     ("0.19.1", "0.20.0", "cudagraphs_subtracted", False, True),
     ("0.20.0", "0.20.1", "v1_tokens_rule", "blocks_per_group", "concurrency"),
+    ("0.26.0", "0.27.0", "v1_budget", "snapshot", "consumed"),
     ("0.27.1", "0.28.0", "blackwell_1024", False, True),
     ("0.27.1", "0.28.0", "combined_kv_line", False, True),
 ]

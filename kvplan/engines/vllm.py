@@ -197,6 +197,7 @@ class VllmReport:
             "vllm_version": f.version,
             "rules_since": f.rules.release,
             "engine": f.engine,
+            "non_kv_measure": f.rules.budget(f.engine),
             "flags": {
                 "max_model_len": f.max_model_len,
                 "gpu_memory_utilization": f.gpu_memory_utilization,
@@ -379,7 +380,7 @@ def plan_vllm(
     rules = f.rules
     total = gpu.total_memory_bytes
     non_torch = NON_TORCH[non_torch_class(gpu.key, f.tp, f.pp)]
-    charge_context = rules.v0_charges_context if f.engine == "v0" else rules.v1_charges_context
+    charge_context = rules.charges_context(f.engine)
     dtype_bytes = weight_dtype_bytes(f.dtype)
     encoder = encoder_profile(model, dtype_bytes=dtype_bytes, max_num_batched_tokens=f.max_num_batched_tokens,
                               max_num_seqs=f.max_num_seqs, max_model_len=f.max_model_len)

@@ -28,14 +28,14 @@ def _v0_lines(r: VllmReport) -> list[str]:
     m = r.stages[0].memory
     kv = r.stages[0].available_kv_bytes
     lines = [f"Loading model weights took {m.weights_bytes / GiB:.4f} GB"]
-    if rules.v0_charges_context:  # 0.6.4: one line, torch's absolute peak and all non-torch memory
+    if rules.v0_budget == "absolute":  # 0.6.4: one line, torch's absolute peak and all non-torch memory
         lines.append(
             f"Memory profiling results: total_gpu_memory={_f2(r.total_memory_bytes)}GiB "
             f"peak_torch_memory={_f2(m.weights_bytes + m.activation_peak_bytes)}GiB "
             f"non_torch_memory={_f2(m.non_torch_bytes)}GiB kv_cache_size={_f2(kv)}GiB "
             f"gpu_memory_utilization={f.gpu_memory_utilization:.2f}"
         )
-    elif rules.since >= (0, 6, 5):
+    elif rules.v0_budget == "snapshot":
         lines.append(
             f"the current vLLM instance can use total_gpu_memory ({_f2(r.total_memory_bytes)}GiB) x "
             f"gpu_memory_utilization ({f.gpu_memory_utilization:.2f}) = {_f2(r.requested_bytes)}GiB"

@@ -55,8 +55,7 @@ def _profile_rules(profile: BoxProfile) -> VllmRules | None:
 def _growth(profile: BoxProfile, measured: int, nt: NonTorch) -> int:
     """The growth part of a logged non-torch figure: releases that charge the context logged all of it."""
     rules = _profile_rules(profile)
-    charged_all = rules is not None and (rules.v1_charges_context if rules.default_engine == "v1"
-                                         else rules.v0_charges_context)
+    charged_all = rules is not None and rules.charges_context(rules.default_engine)
     if charged_all:
         return max(0, measured - nt.context_bytes - nt.before_snapshot_bytes)
     return measured

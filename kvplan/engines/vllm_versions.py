@@ -36,10 +36,16 @@ class VllmRules:
     v0_available: bool = True  # VLLM_USE_V1=0 possible [1.1]
     default_utilization: float = 0.90  # [1.3]
     requested_ceil: bool = False  # requested = ceil(total x util), else the float product [1.2]
-    # Whether the CUDA context (and NCCL set up before the worker's snapshot) is charged to the budget:
-    # V0 0.6.4 and V1 <= 0.9.0 subtract torch's absolute peak plus all non-torch memory [1.2, 1.7].
-    v0_charges_context: bool = False
-    v1_charges_context: bool = True
+    # How the non-KV memory is measured, per engine [1.2, 1.7]:
+    #   "free_drop" (V0 0.6.0-0.6.3): free memory at start minus free after profiling, torch's cache included;
+    #   "absolute"  (V0 0.6.4, V1 <= 0.9.0): torch's absolute peak (weights included) plus all non-torch memory,
+    #               so the CUDA context and communicators set up before the worker's snapshot are charged;
+    #   "snapshot"  (V0 0.6.5+, V1 0.9.1-0.26): weights + torch peak increase + non-torch increase since the
+    #               snapshot taken after the context exists;
+    #   "consumed"  (V1 0.27+): the drop in free memory plus the transient peak; the same terms, measured
+    #               through mem_get_info.
+    v0_budget: str = "free_drop"
+    v1_budget: str = "absolute"
     cudagraphs_subtracted: bool = False  # the CUDA-graph estimate comes off the budget [1.6]
     cudagraphs_profiled: bool = False  # an estimate pass captures graphs before the KV cache [1.6]
     v0_chunked_tokens: int = 512  # V0 max_num_batched_tokens with chunked prefill on [1.4]
@@ -65,6 +71,14 @@ class VllmRules:
     def release(self) -> str:
         return ".".join(map(str, self.since))
 
+    def budget(self, engine: str) -> str:
+        """How `engine` ("v0" or "v1") measures the non-KV memory in this release."""
+        return self.v0_budget if engine == "v0" else self.v1_budget
+
+    def charges_context(self, engine: str) -> bool:
+        """Whether the CUDA context and early communicators come off the budget (the "absolute" measure)."""
+        return self.budget(engine) == "absolute"
+
 
 def _changes() -> tuple[VllmRules, ...]:
     """The rule records, oldest first; each is the previous one with what that release changed."""
@@ -75,9 +89,9 @@ def _changes() -> tuple[VllmRules, ...]:
 
     change((0, 6, 3), "V0 logs 'Maximum concurrency ...'", concurrency_line=True)
     change((0, 6, 4), "V0 charges torch's absolute peak and the CUDA context; V1 opt-in (VLLM_USE_V1=1)",
-           v0_charges_context=True, v1_available=True)
+           v0_budget="absolute", v1_available=True)
     change((0, 6, 5), "V0 memory_profiling: weights + peak increase + non-torch increase; chunked 2,048",
-           v0_charges_context=False, v0_chunked_tokens=2048)
+           v0_budget="snapshot", v0_chunked_tokens=2048)
     change((0, 7, 0), "V1 batch defaults by device name (h100/h200: 8,192 tokens)", v1_batch_rule="name")
     change((0, 7, 1), "MLA caches its latent", mla_latent=True)
     change((0, 8, 0), "V1 is the default engine; sampler warm-up after the KV cache; FlashInfer sampler",
@@ -86,7 +100,7 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 8, 5), "V1 batch defaults by memory (>= 70 GiB: 8,192 tokens, 1,024 seqs)", v1_batch_rule="memory")
     change((0, 9, 0), "A100s get the small-GPU batch defaults", v1_batch_rule="memory_not_a100")
     change((0, 9, 1), "V1 budget from the worker's snapshot (context not charged); hybrid KV groups",
-           v1_charges_context=False, hybrid_groups=True, v1_tokens_rule="blocks_per_group",
+           v1_budget="snapshot", hybrid_groups=True, v1_tokens_rule="blocks_per_group",
            v1_concurrency_rule="blocks")
     change((0, 10, 0), "CUDA graphs up to min(2 x max_num_seqs, 512)", capture_rule="v1_2seqs",
            kv_cache_dtypes=("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"))
@@ -108,6 +122,7 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 20, 0), "utilization 0.92; CUDA-graph estimate subtracted from the budget",
            default_utilization=0.92, cudagraphs_subtracted=True)
     change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len)", v1_tokens_rule="concurrency")
+    change((0, 27, 0), "non-KV memory = drop in free memory + transient peak (same terms)", v1_budget="consumed")
     change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line",
            blackwell_1024=True, combined_kv_line=True)
     return tuple(out)
