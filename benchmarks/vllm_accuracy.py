@@ -388,42 +388,60 @@ def _table(title: str, results: list[Result], key) -> list[str]:
     return lines + [""]
 
 
+def _clean(r: Result) -> bool:
+    """A log stated in full: exact release, a named GPU, its own checkpoint's config, weights modelled."""
+    c = r.case
+    return not (c.version_inferred or c.gpu_from_total or c.weights_from_log
+                or c.relation not in ("library", "verbatim", "re-upload"))
+
+
+def _summary_of(g: list[Result]) -> dict[str, Any]:
+    n_av, mae_av, worst_av = _stats([r.errors["available"] for r in g])
+    n_tok, mae_tok, worst_tok = _stats([r.errors["tokens_b"] for r in g])
+    starts = [r for r in g if r.case.outcome == "started"]
+    fails = [r for r in g if r.case.outcome in ("kv_oom", "oom_other")]
+    return {
+        "logs_evaluated": len(g),
+        "available_kv": {"logs": n_av, "mae_pct": mae_av, "worst_pct": worst_av},
+        "kv_tokens": {"logs": n_tok, "mae_pct": mae_tok, "worst_pct": worst_tok},
+        "starts_called_fits": [sum(bool(r.verdict_ok) for r in starts), len(starts)],
+        "failures_called_does_not_fit": [sum(bool(r.verdict_ok) for r in fails), len(fails)],
+    }
+
+
 def summary(results: list[Result]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for split in ("fit", "holdout"):
-        g = [r for r in results if r.case.split == split]
-        n_av, mae_av, worst_av = _stats([r.errors["available"] for r in g])
-        n_tok, mae_tok, worst_tok = _stats([r.errors["tokens_b"] for r in g])
-        starts = [r for r in g if r.case.outcome == "started"]
-        fails = [r for r in g if r.case.outcome in ("kv_oom", "oom_other")]
-        out[split] = {
-            "logs_evaluated": len(g),
-            "available_kv": {"logs": n_av, "mae_pct": mae_av, "worst_pct": worst_av},
-            "kv_tokens": {"logs": n_tok, "mae_pct": mae_tok, "worst_pct": worst_tok},
-            "starts_called_fits": [sum(bool(r.verdict_ok) for r in starts), len(starts)],
-            "failures_called_does_not_fit": [sum(bool(r.verdict_ok) for r in fails), len(fails)],
-        }
+    """Per split, and the held-out logs stated in full ("holdout_clean": no mark in the per-log table)."""
+    out = {split: _summary_of([r for r in results if r.case.split == split]) for split in ("fit", "holdout")}
+    out["holdout_clean"] = _summary_of([r for r in results if r.case.split == "holdout" and _clean(r)])
     return out
 
 
 def _targets(s: dict[str, Any]) -> list[str]:
-    h = s["holdout"]
-    av, tok = h["available_kv"], h["kv_tokens"]
-
     def mark(ok: bool) -> str:
         return "met" if ok else "**missed**"
 
-    starts, fails = h["starts_called_fits"], h["failures_called_does_not_fit"]
-    return [
-        "## Targets on the held-out logs", "",
-        "| target | result | |", "|---|---|---|",
-        f"| available KV memory MAE <= 3% | {av['mae_pct']:.2f}% over {av['logs']} logs | {mark(av['mae_pct'] <= 3)} |",
-        f"| available KV memory worst <= 10% | {av['worst_pct']:+.1f}% | {mark(abs(av['worst_pct']) <= 10)} |",
-        f"| KV tokens MAE <= 3% | {tok['mae_pct']:.2f}% over {tok['logs']} logs | {mark(tok['mae_pct'] <= 3)} |",
-        f"| every logged start called fits | {starts[0]}/{starts[1]} | {mark(starts[0] == starts[1])} |",
-        f"| every logged KV-room failure called does not fit | {fails[0]}/{fails[1]} | {mark(fails[0] == fails[1])} |",
-        "",
-    ]
+    def cells(h: dict[str, Any]) -> list[str]:
+        av, tok = h["available_kv"], h["kv_tokens"]
+        starts, fails = h["starts_called_fits"], h["failures_called_does_not_fit"]
+        if not av["logs"]:
+            return ["-"] * 5
+        return [
+            f"{av['mae_pct']:.2f}% over {av['logs']} logs, {mark(av['mae_pct'] <= 3)}",
+            f"{av['worst_pct']:+.1f}%, {mark(abs(av['worst_pct']) <= 10)}",
+            f"{tok['mae_pct']:.2f}% over {tok['logs']} logs, {mark(tok['mae_pct'] <= 3)}",
+            f"{starts[0]}/{starts[1]}, {mark(starts[0] == starts[1])}",
+            f"{fails[0]}/{fails[1]}, {mark(fails[0] == fails[1])}",
+        ]
+
+    names = ["available KV memory MAE <= 3%", "available KV memory worst <= 10%", "KV tokens MAE <= 3%",
+             "every logged start called fits", "every logged KV-room failure called does not fit"]
+    every, clean = cells(s["holdout"]), cells(s["holdout_clean"])
+    lines = ["## Targets on the held-out logs", "",
+             "*All*: every evaluated held-out log. *Stated in full*: only those with an exact release, a named GPU, "
+             "the checkpoint's own config and modelled weights (no mark in the per-log table).", "",
+             "| target | all held-out logs | stated in full |", "|---|---|---|"]
+    lines += [f"| {n} | {a} | {b} |" for n, a, b in zip(names, every, clean, strict=True)]
+    return lines + [""]
 
 
 def _gib(x: float | None) -> str:

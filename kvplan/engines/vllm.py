@@ -422,7 +422,7 @@ def plan_vllm(
     per_request = layout.blocks_per_request(f.max_model_len, f.max_num_batched_tokens)
     tokens, concurrency = _tokens_and_concurrency(f, layout, num_blocks, per_request)
     fit_len = estimate_max_model_len(layout, lim.available_kv_bytes, f.max_model_len, f.max_num_batched_tokens)
-    warmup = _warmup(model, f, stages[-1], total, graphs) if f.engine == "v1" else None
+    warmup = _warmup(model, f, stages[-1], num_blocks, total, graphs) if f.engine == "v1" else None
     refusal = (_too_long(model, f, flags.allow_long_max_model_len) or _startup_error(stages, f)
                or _warmup_refusal(warmup))
     report = VllmReport(
@@ -463,15 +463,18 @@ def _tokens_and_concurrency(
     return int(concurrency * f.max_model_len), concurrency
 
 
-def _warmup(model: ModelSpec, f: ResolvedFlags, last: StageKv, total: int, graphs: int) -> Warmup | None:
-    """The sampler warm-up on the last pipeline rank (V1 0.8+; see Warmup)."""
+def _warmup(
+    model: ModelSpec, f: ResolvedFlags, last: StageKv, num_blocks: int, total: int, graphs: int
+) -> Warmup | None:
+    """The sampler warm-up on the last pipeline rank (V1 0.8+; see Warmup). Every rank allocates the
+    limiting rank's block count, in its own block size."""
     if not f.rules.sampler_warmup:
         return None
     rows = min(f.max_num_seqs, f.max_num_batched_tokens)
     need = activation_peak_bytes(model, dtype=f.dtype, tp=f.tp, max_num_batched_tokens=rows, max_num_seqs=rows,
                                  runs_sampler=True, sampler=_sampler_path(f))
     nt = last.memory.non_torch
-    kv = last.num_blocks * last.layout.bytes_per_block
+    kv = num_blocks * last.layout.bytes_per_block
     twice = graphs if f.rules.cudagraphs_profiled and _moe_kernel(model) == "mxfp4" else 0
     free = (total - nt.context_bytes - nt.before_snapshot_bytes - last.memory.weights_bytes - nt.growth_bytes
             - kv - graphs - twice)
