@@ -142,7 +142,7 @@ def test_pipeline_parallel_takes_the_minimum_over_stages():
 
 
 def test_bad_flags():
-    with pytest.raises(InputError, match="vllm-version"):
+    with pytest.raises(InputError, match="engine.version: is outside the releases kvplan models"):
         _llama(version="0.1")
     assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in _llama(max_model_len=10**7).startup_error
 

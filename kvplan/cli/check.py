@@ -32,7 +32,9 @@ def check(
         bool, typer.Option("--allow-empty", help="Pass when no deployment was evaluated (else exit 2).")
     ] = False,
     offline: Annotated[bool, typer.Option("--offline", help="Never touch the network: bundled library only.")] = False,
-    vllm_version: Annotated[str, typer.Option("--vllm-version", help="vLLM behaviour: current or 0.19.")] = "current",
+    vllm_version: Annotated[
+        str, typer.Option("--vllm-version", help="vLLM release, 0.6.0 to 0.33, or current.")
+    ] = "current",
 ) -> None:
     """Fail the CI job when a deployment will not fit its GPUs.
 

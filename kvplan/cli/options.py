@@ -113,11 +113,12 @@ Engine = Annotated[
     str, typer.Option("--engine", help="vllm, sglang, transformers, generic or tgi.", rich_help_panel=VLLM)
 ]
 VllmVersion = Annotated[
-    str | None, typer.Option("--vllm-version", help="vLLM release: current or 0.19.", rich_help_panel=VLLM)
+    str | None, typer.Option("--vllm-version", help="vLLM release, 0.6.0 to 0.33, or current.",
+                              rich_help_panel=VLLM)
 ]
 GpuMemoryUtilization = Annotated[
     float | None,
-    typer.Option("--gpu-memory-utilization", help="Share of GPU memory to use (vLLM 0.92 or 0.9).",
+    typer.Option("--gpu-memory-utilization", help="Share of GPU memory to use (vLLM 0.92; 0.9 <= 0.19).",
                  rich_help_panel=VLLM),
 ]
 BlockSize = Annotated[int | None, typer.Option("--block-size", help="Tokens per KV block (16).", rich_help_panel=VLLM)]

@@ -96,6 +96,15 @@ def verdict_line(r: EstimateResult, g: GpuResult) -> Text:
     return text
 
 
+def calibration_line(v: Verdict) -> Text | None:
+    """Under the verdict, when the plan lies outside where the engine model was checked against logs."""
+    c = v.account.calibration
+    if c is None or c.in_range:
+        return None
+    return Text(f"Outside the checked range ({', '.join(c.outside)}; checked on {c.checked_on}): "
+                f"{c.error_band}.", style="yellow")
+
+
 def _side_by_side_line(r: EstimateResult) -> Text:
     fit = [g.verdict.deployment.gpu.key for g in r.results if g.verdict.fits]
     not_fit = [g.verdict.deployment.gpu.key for g in r.results if not g.verdict.fits]
@@ -198,6 +207,9 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
     named = r.gpu_named
     for g in r.results if named else ():
         console.print(verdict_line(r, g))
+        outside = calibration_line(g.verdict)
+        if outside is not None:
+            console.print(outside)
     if not named:
         console.print(_side_by_side_line(r))
     console.print()

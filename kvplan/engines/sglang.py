@@ -20,16 +20,15 @@ from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal
 from kvplan.engines.vllm_engine import tp_refusal
-from kvplan.engines.vllm_memory import WeightSplit, weights_per_stage
+from kvplan.engines.vllm_memory import CONTEXT_BYTES, WeightSplit, weights_per_stage
 from kvplan.errors import FieldError
 from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import LayerKind, ModelSpec
 from kvplan.units import GiB, MiB, cdiv
 
 SGLANG_VERSIONS = ("current",)
-# Memory CUDA, the context and NCCL take before SGLang measures "free before load": vLLM 0.19 logs 0.51 GiB of
-# non-torch memory at worker start on H100 (tp 1); SGLang's own start-up is assumed to cost the same.
-CONTEXT_BYTES = round(0.51 * GiB)
+# Memory the CUDA context takes before SGLang measures "free before load": vLLM 0.19 logs 0.51 GiB of non-torch
+# memory at worker start on H100 (tp 1); SGLang's own start-up is assumed to cost the same.
 SWA_FULL_TOKENS_RATIO = 0.8  # ServerArgs.swa_full_tokens_ratio
 # ServerArgs.mamba_full_memory_ratio: the Mamba state pool's memory as a share of the full-attention KV pool's.
 MAMBA_FULL_MEMORY_RATIO = 0.9

@@ -17,8 +17,7 @@ from typing import ClassVar
 from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.engines.base import EngineAccount, Knobs, MemoryTerm
 from kvplan.engines.generic import paged_account, rank_weights_bytes
-from kvplan.engines.sglang import CONTEXT_BYTES
-from kvplan.engines.vllm_memory import activation_peak_bytes, non_torch_bytes
+from kvplan.engines.vllm_memory import NON_TORCH, activation_peak_bytes, non_torch_class
 from kvplan.errors import FieldError
 from kvplan.model.dtypes import serving_dtype
 
@@ -82,16 +81,16 @@ class TgiEngine:
         weights = rank_weights_bytes(d)
         activation = activation_peak_bytes(d.model, dtype=dtype, tp=p.tp, runs_sampler=False, max_num_seqs=1,
                                            max_num_batched_tokens=o.max_batch_prefill_tokens)
-        nccl = non_torch_bytes(p.tp, p.pp)
-        free = total - CONTEXT_BYTES - nccl - weights - activation - round((1 - o.cuda_memory_fraction) * total)
+        # TGI measures free memory after everything has started: the CUDA context and NCCL count in full.
+        non_torch = NON_TORCH[non_torch_class(d.gpu.key, p.tp, p.pp)].charged(with_context=True)
+        free = total - non_torch - weights - activation - round((1 - o.cuda_memory_fraction) * total)
         budget = int(max(0, free) * TGI_WIGGLE_ROOM)
         terms = (
-            MemoryTerm("context", CONTEXT_BYTES, "CUDA context"),
             MemoryTerm("weights", weights, "weights on this shard"),
             MemoryTerm("activation_peak", activation,
                        f"activation peak of the warm-up prefill ({o.max_batch_prefill_tokens:,} tokens)"),
-            MemoryTerm("non_torch", nccl, "cuBLAS and NCCL workspaces (as vLLM logs them)"),
-            MemoryTerm("reserved", total - CONTEXT_BYTES - nccl - weights - activation - budget,
+            MemoryTerm("non_torch", non_torch, "CUDA context, cuBLAS and NCCL (as vLLM logs them)"),
+            MemoryTerm("reserved", total - non_torch - weights - activation - budget,
                        f"outside --cuda-memory-fraction {o.cuda_memory_fraction} and TGI's 5% wiggle room"),
         )
         account = paged_account(

@@ -1,37 +1,46 @@
 """The vLLM engine model: its flags and defaults, the KV memory budget per rank, blocks, tokens, concurrency,
-the lines vLLM logs at start-up, and the start-up failure when one request at max_model_len does not fit.
+the lines vLLM logs at start-up, and the start-up failures (one request too long, the sampler warm-up).
 
-Two behaviours are modelled (`version`):
-- "0.19": vLLM 0.19.0, the release of the calibration logs. gpu_memory_utilization defaults to 0.9; CUDA-graph
-  memory is not subtracted from the KV budget; "GPU KV cache size" = num_blocks // num_groups * block_size.
-- "current" (the default, newest releases as ENGINES.md describes them): utilization defaults to 0.92; an
-  estimate of CUDA-graph memory is subtracted; "GPU KV cache size" = int(max_concurrency * max_model_len).
+Any release from 0.6.0 to 0.33 (`version`, "current" = the newest): vllm_versions maps it to its rules
+(default utilization, batch defaults, which terms the budget charges, CUDA graphs, how tokens and
+concurrency are reported); vllm_memory, vllm_graphs, vllm_encoder and vllm_mxfp4 give the terms;
+a BoxProfile (measured on the user's box) replaces the terms it measured (vllm_profile).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kvplan.capacity.deployment import BoxProfile
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.engines.base import Refusal
-from kvplan.engines.vllm_kv import KvCacheLayout, kv_cache_layout, vllm_layer_spec
-from kvplan.engines.vllm_memory import NO_SPLIT, StageMemory, WeightSplit, stage_memory
-from kvplan.errors import InputError
+from kvplan.engines.vllm_batch import batch_shape
+from kvplan.engines.vllm_encoder import encoder_profile
+from kvplan.engines.vllm_graphs import GraphModes, capture_sizes, graph_bytes
+from kvplan.engines.vllm_kv import KvCacheLayout, VllmLayerSpec, kv_cache_layout, vllm_layer_spec
+from kvplan.engines.vllm_log import log_lines
+from kvplan.engines.vllm_memory import (
+    NO_SPLIT,
+    NON_TORCH,
+    StageMemory,
+    WeightSplit,
+    activation_peak_bytes,
+    non_torch_class,
+    num_experts,
+    stage_memory,
+)
+from kvplan.engines.vllm_mxfp4 import backend_for
+from kvplan.engines.vllm_profile import ProfileUse, apply_profile
+from kvplan.engines.vllm_versions import VllmRules, engine_for, rules_for
+from kvplan.errors import FieldError, InputError
 from kvplan.hardware.gpus import GpuSpec
-from kvplan.model.dtypes import KvDtype, normalize_weight_dtype, resolve_kv_dtype, serving_dtype
-from kvplan.model.specs import ModelSpec
+from kvplan.model.dtypes import KvDtype, normalize_weight_dtype, resolve_kv_dtype, serving_dtype, weight_dtype_bytes
+from kvplan.model.specs import LayerKind, ModelSpec
 from kvplan.units import GiB
 
-VLLM_VERSIONS = ("current", "0.19")
-DEFAULT_UTILIZATION = {"current": 0.92, "0.19": 0.9}
-# vLLM's EngineArgs.get_batch_defaults for the OpenAI server: GPUs with >= 70 GiB that are not A100s
-# (H100, H200, MI300X) get 8,192 batched tokens and 1,024 sequences; the rest 2,048 and 256.
-BIG_GPU_BYTES = 70 * GiB
-# CUDA-graph capture memory, subtracted from the budget only by newer releases. vLLM 0.19 logs it beside the
-# budget ("... and 0.89 GiB for CUDAGraph memory"): 0.65-1.84 GiB over the 61 H100 logs, median 0.85 GiB.
-CUDAGRAPH_ESTIMATE_BYTES = round(0.85 * GiB)
+USAGES = ("serve", "llm")  # `vllm serve` (OPENAI_API_SERVER) or the LLM class (LLM_CLASS)
 
 
 @dataclass(frozen=True)
@@ -51,23 +60,32 @@ class VllmFlags:
     enable_prefix_caching: bool = True
     kv_cache_memory_bytes: int | None = None
     version: str = "current"
+    use_v1: bool | None = None  # VLLM_USE_V1; None: the release's default engine
+    usage: str = "serve"  # "serve" or "llm": the entry point's batch defaults
+    enforce_eager: bool = False  # no CUDA graphs
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     split: WeightSplit = NO_SPLIT  # expert parallel and CPU offload (vllm_memory.WeightSplit)
 
-    def validate(self) -> None:
-        if self.version not in VLLM_VERSIONS:
-            raise InputError(f"--vllm-version must be one of {', '.join(VLLM_VERSIONS)}, got {self.version!r}")
+    def validate(self) -> VllmRules:
+        rules = rules_for(self.version)
         u = self.gpu_memory_utilization
         if u is not None and not 0 < u <= 1:
-            raise InputError(f"--gpu-memory-utilization must be in (0, 1], got {u}")
+            raise FieldError("engine.gpu_memory_utilization", "must be in (0, 1]", u)
         for name in ("max_model_len", "block_size", "max_num_seqs", "max_num_batched_tokens"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
         if self.tensor_parallel_size < 1 or self.pipeline_parallel_size < 1:
             raise InputError("--tensor-parallel-size and --pipeline-parallel-size must be >= 1")
-        if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes <= 0:
-            raise InputError("--kv-cache-memory-bytes must be a positive size")
+        if self.kv_cache_memory_bytes is not None:
+            if self.kv_cache_memory_bytes <= 0:
+                raise InputError("--kv-cache-memory-bytes must be a positive size")
+            if not rules.kv_cache_memory_option:
+                raise FieldError("engine.kv_cache_memory_bytes",
+                                 f"vLLM {self.version} has no --kv-cache-memory-bytes (0.10.2 and later)")
+        if self.usage not in USAGES:
+            raise FieldError("engine.usage", f"must be one of {', '.join(USAGES)}", self.usage)
+        return rules
 
 
 @dataclass(frozen=True)
@@ -87,6 +105,8 @@ class ResolvedFlags:
     enable_prefix_caching: bool
     kv_cache_memory_bytes: int | None
     version: str
+    rules: VllmRules
+    engine: str  # "v0" or "v1"
 
 
 @dataclass(frozen=True)
@@ -98,6 +118,33 @@ class StageKv:
 
 
 @dataclass(frozen=True)
+class Warmup:
+    """V1's sampler warm-up after the KV cache is allocated (last pipeline rank): free memory against need.
+
+    free = total - CUDA context - communicators - weights - non-torch growth - the KV cache - CUDA graphs
+    - held_twice; need = the profiling run's own peak for a step of S = min(max_num_seqs, step) one-token
+    requests (the sampler over S rows dominates).
+    held_twice: kvplan's reading of the fit split. vLLM 0.19's own figures leave gpt-oss-20b 1.56 GiB (tp 1)
+    and 0.35 GiB (tp 2) beyond the sampler's 2.9 GiB at utilization 0.95, yet both runs fail, while
+    Llama-4-Scout (tp 4) starts with 1.0 GiB to spare; so the missing consumer belongs to gpt-oss, and a
+    second copy of its CUDA-graph memory (1.84, 1.55 GiB) accounts for both failures and the start at 0.9.
+    In 0.18-0.19 an estimate pass captures graphs before the KV cache is sized; kvplan takes the mxfp4
+    Triton-kernel MoE graphs (gpt-oss's, the only family whose graph buffers are that large) to be held by
+    both captures when the sampler warms up. It rests on gpt-oss's three logs.
+    """
+
+    rows: int
+    free_bytes: int
+    need_bytes: int
+    graph_bytes: int
+    held_twice_bytes: int
+
+    @property
+    def fits(self) -> bool:
+        return self.need_bytes <= self.free_bytes
+
+
+@dataclass(frozen=True)
 class VllmReport:
     """What vLLM would report at start-up on `gpu` (per rank), or the error it would stop with."""
 
@@ -105,15 +152,18 @@ class VllmReport:
     flags: ResolvedFlags
     total_memory_bytes: int
     requested_bytes: int
-    cudagraph_bytes: int
+    cudagraph_bytes: int  # what the captured graphs hold on a rank (subtracted only from 0.20)
+    graphs: GraphModes
     stages: tuple[StageKv, ...]
     limiting_stage: int  # the rank whose block count all ranks adopt
-    num_blocks: int  # includes the null block, as vLLM counts them
+    num_blocks: int  # as vLLM counts them (V1: the null block included)
     kv_cache_tokens: int
     blocks_per_request: int
     max_concurrency: float
     max_model_len_fit: int  # vLLM's estimate_max_model_len on the limiting rank (0: not one token)
     refusal: Refusal | None
+    warmup: Warmup | None = None
+    profile: ProfileUse | None = None
     log_lines: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -132,8 +182,8 @@ class VllmReport:
 
     @property
     def usable_blocks(self) -> int:
-        """Blocks requests can use: one is the null block that padded block-table slots point at."""
-        return max(0, self.num_blocks - 1)
+        """Blocks requests can use: V1 keeps one as the null block that padded block-table slots point at."""
+        return max(0, self.num_blocks - (1 if self.flags.engine == "v1" else 0))
 
     @property
     def max_running_requests(self) -> int:
@@ -145,6 +195,9 @@ class VllmReport:
         f = self.flags
         return {
             "vllm_version": f.version,
+            "rules_since": f.rules.release,
+            "engine": f.engine,
+            "non_kv_measure": f.rules.budget(f.engine),
             "flags": {
                 "max_model_len": f.max_model_len,
                 "gpu_memory_utilization": f.gpu_memory_utilization,
@@ -161,6 +214,8 @@ class VllmReport:
             "total_memory_bytes": self.total_memory_bytes,
             "requested_bytes": self.requested_bytes,
             "cudagraph_bytes": self.cudagraph_bytes,
+            "cudagraphs_subtracted": f.rules.cudagraphs_subtracted,
+            "cudagraph_sizes": {"piecewise": len(self.graphs.piecewise), "full": len(self.graphs.full)},
             "stages": [
                 {
                     "stage": s.memory.stage,
@@ -168,6 +223,7 @@ class VllmReport:
                     "weights_bytes": s.memory.weights_bytes,
                     "rotary_cache_bytes": s.memory.rotary_cache_bytes,
                     "activation_peak_bytes": s.memory.activation_peak_bytes,
+                    "encoder_peak_bytes": s.memory.encoder_bytes,
                     "non_torch_bytes": s.memory.non_torch_bytes,
                     "available_kv_cache_bytes": s.available_kv_bytes,
                     "kv_cache_groups": [
@@ -190,6 +246,11 @@ class VllmReport:
             "kv_cache_tokens": self.kv_cache_tokens,
             "max_concurrency": round(self.max_concurrency, 4),
             "max_model_len_fit": self.max_model_len_fit,
+            "sampler_warmup": None if self.warmup is None else {
+                "rows": self.warmup.rows, "free_bytes": self.warmup.free_bytes,
+                "need_bytes": self.warmup.need_bytes, "fits": self.warmup.fits,
+            },
+            "profile_terms": [] if self.profile is None else list(self.profile.applied),
             "startup_error": self.startup_error,
         }
 
@@ -199,20 +260,34 @@ def format_gib(n_bytes: int) -> str:
     return str(round(n_bytes / GiB, 2))
 
 
+def _chunked_prefill_capable(model: ModelSpec, rules: VllmRules) -> bool:
+    """V0 turns chunked prefill on by itself only for models without sliding windows, state layers or
+    (0.8+) MLA."""
+    kinds = set(model.layer_kinds())
+    if kinds & {"sliding_window", "chunked_local", "mamba", "linear_attention"}:
+        return False
+    return not ("mla" in kinds and rules.since >= (0, 8, 0))
+
+
 def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedFlags:
-    flags.validate()
-    big = gpu.total_memory_bytes >= BIG_GPU_BYTES and "a100" not in gpu.key.lower()
+    rules = flags.validate()
+    engine = engine_for(rules, flags.use_v1)
     max_len = flags.max_model_len or model.max_position_embeddings
     if max_len is None:
         raise InputError(f"{model.name} states no max_position_embeddings; pass --max-model-len")
     dtype = serving_dtype(model.config_dtype) if flags.dtype == "auto" else normalize_weight_dtype(flags.dtype)
+    shape = batch_shape(
+        rules, engine, gpu, max_model_len=max_len, max_num_batched_tokens=flags.max_num_batched_tokens,
+        max_num_seqs=flags.max_num_seqs, chunked_prefill_capable=_chunked_prefill_capable(model, rules),
+        multimodal=any(g.name == "vision" for g in model.param_groups), usage=flags.usage,
+    )
     return ResolvedFlags(
         max_model_len=max_len,
-        gpu_memory_utilization=flags.gpu_memory_utilization or DEFAULT_UTILIZATION[flags.version],
+        gpu_memory_utilization=flags.gpu_memory_utilization or rules.default_utilization,
         kv_cache_dtype=resolve_kv_dtype(flags.kv_cache_dtype, dtype),
         block_size=flags.block_size or 16,
-        max_num_seqs=flags.max_num_seqs or (1024 if big else 256),
-        max_num_batched_tokens=flags.max_num_batched_tokens or (8192 if big else 2048),
+        max_num_seqs=shape.max_num_seqs,
+        max_num_batched_tokens=shape.max_num_batched_tokens,
         tp=flags.tensor_parallel_size,
         pp=flags.pipeline_parallel_size,
         dtype=dtype,
@@ -220,12 +295,28 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         enable_prefix_caching=flags.enable_prefix_caching,
         kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
         version=flags.version,
+        rules=rules,
+        engine=engine,
     )
 
 
 def _stage_layout(model: ModelSpec, layers: range, f: ResolvedFlags, block_size_set: bool) -> KvCacheLayout:
+    """One rank's KV layout. Without V1's hybrid manager (V0, V1 before 0.9.1) every attention layer caches
+    every token (a sliding window only masks), and state layers have no place in the block pool."""
     specs = [vllm_layer_spec(model.layers[i], f.kv_cache_dtype, f.tp) for i in layers]
-    return kv_cache_layout([s for s in specs if s is not None], f.block_size, block_size_set=block_size_set)
+    present = [s for s in specs if s is not None]
+    hybrid = f.engine == "v1" and f.rules.hybrid_groups
+    if not hybrid:
+        if any(s.kind == "mamba" for s in present):
+            raise FieldError("engine.version", f"kvplan models Mamba and linear-attention caches only in V1's "
+                             f"hybrid KV cache manager (0.9.1 and later), not vLLM {f.version} {f.engine.upper()}",
+                             f.version)
+        present = [s if s.kind in ("full_attention", "mla") else VllmLayerSpec("full_attention", s.bytes_per_token)
+                   for s in present]
+    if not f.rules.mla_latent and any(model.layers[i].kind == LayerKind.MLA for i in layers):
+        raise FieldError("engine.version", f"vLLM {f.version} cached MLA models' per-head K and V (the latent "
+                         "cache came in 0.7.1); kvplan models the latent only", f.version)
+    return kv_cache_layout(present, f.block_size, block_size_set=block_size_set)
 
 
 def estimate_max_model_len(layout: KvCacheLayout, available_bytes: int, limit: int, batched: int) -> int:
@@ -245,6 +336,30 @@ def estimate_max_model_len(layout: KvCacheLayout, available_bytes: int, limit: i
     return lo
 
 
+def _moe_kernel(model: ModelSpec) -> str | None:
+    if not num_experts(model):
+        return None
+    return "mxfp4" if model.quant is not None and model.quant.method == "mxfp4" else "fused_moe"
+
+
+def _graph_bytes(model: ModelSpec, f: ResolvedFlags, modes: GraphModes, layers: int) -> int:
+    """CUDA-graph memory on a rank of the widest stage; MoE layers' width is top_k experts' intermediate."""
+    inter = model.intermediate_size or 4 * model.hidden_size
+    geometry = model.geometry.moe
+    moe = geometry is not None
+    if geometry is not None:
+        inter = (geometry.expert_intermediate_size or inter) * (geometry.experts_per_token or 1)
+    return graph_bytes(
+        modes, layers=layers, moe_layers=layers if moe else 0,
+        moe_kernel=_moe_kernel(model), hidden=model.hidden_size, intermediate=inter, tp=f.tp,
+        dtype_bytes=weight_dtype_bytes(f.dtype),
+    )
+
+
+def _sampler_path(f: ResolvedFlags) -> str:
+    return "v0" if f.engine == "v0" else f.rules.v1_sampler
+
+
 def plan_vllm(
     model: ModelSpec,
     flags: VllmFlags,
@@ -252,49 +367,72 @@ def plan_vllm(
     *,
     available_shift_bytes: int = 0,
     checkpoint_bytes: int | None = None,
+    profile: BoxProfile | None = None,
 ) -> VllmReport:
     """Reproduce vLLM's start-up memory accounting and KV cache sizing for `model` on `gpu`.
 
     `checkpoint_bytes` is the checkpoint's measured size (--weights-from-hub, --weights-bytes): the weights
-    per rank follow it (vllm_memory.checkpoint_scale). `available_shift_bytes` moves every rank's budget by the same amount (the accuracy benchmark uses it
-    to pin rank 0 to a logged figure while keeping the modelled differences between pipeline stages).
+    per rank follow it (vllm_memory.checkpoint_scale). `profile`: terms measured on the user's box, used
+    where they apply (vllm_profile). `available_shift_bytes` moves every rank's budget by the same amount
+    (the accuracy benchmark uses it to pin rank 0 to a logged figure while keeping the modelled
+    differences between pipeline stages).
     """
     f = resolve_flags(model, flags, gpu)
+    rules = f.rules
     total = gpu.total_memory_bytes
-    requested = math.ceil(total * f.gpu_memory_utilization)
-    cudagraph = CUDAGRAPH_ESTIMATE_BYTES if f.version == "current" else 0
+    non_torch = NON_TORCH[non_torch_class(gpu.key, f.tp, f.pp)]
+    charge_context = rules.charges_context(f.engine)
+    dtype_bytes = weight_dtype_bytes(f.dtype)
+    encoder = encoder_profile(model, dtype_bytes=dtype_bytes, max_num_batched_tokens=f.max_num_batched_tokens,
+                              max_num_seqs=f.max_num_seqs, max_model_len=f.max_model_len)
+    mxfp4 = backend_for(gpu) if rules.mxfp4 else None
+    if model.quant is not None and model.quant.method == "mxfp4" and not rules.mxfp4:
+        raise FieldError("engine.version", f"vLLM {f.version} cannot load mxfp4 weights (0.10.1 and later)",
+                         f.version)
     memories = stage_memory(
         model, dtype=f.dtype, tp=f.tp, pp=f.pp, quantization=f.quantization,
-        max_num_batched_tokens=f.max_num_batched_tokens, max_num_seqs=f.max_num_seqs,
-        checkpoint_bytes=checkpoint_bytes, split=flags.split,
+        max_num_batched_tokens=f.max_num_batched_tokens, max_num_seqs=f.max_num_seqs, non_torch=non_torch,
+        charge_context=charge_context, sampler=_sampler_path(f), encoder=encoder,
+        checkpoint_bytes=checkpoint_bytes, split=flags.split, mxfp4_backend=mxfp4,
     )
+    stage_layers = pp_stage_layers(model.num_layers, f.pp)
+    modes = capture_sizes(rules, f.engine, gpu, max_num_seqs=f.max_num_seqs,
+                          max_num_batched_tokens=f.max_num_batched_tokens, enforce_eager=flags.enforce_eager)
+    graphs = _graph_bytes(model, f, modes, max(len(s) for s in stage_layers))
+    used: ProfileUse | None = None
+    if profile is not None:
+        total, memories, graphs, used = apply_profile(
+            profile, model=model, flags=f, total_bytes=total, memories=memories, graph_bytes=graphs,
+            charge_context=charge_context,
+        )
+    product = total * f.gpu_memory_utilization
+    requested = math.ceil(product) if rules.requested_ceil else int(product)
+    cudagraph_charge = graphs if (f.engine == "v1" and rules.cudagraphs_subtracted) else 0
     stages: list[StageKv] = []
-    for mem, layers in zip(memories, pp_stage_layers(model.num_layers, f.pp)):
+    for mem, layers in zip(memories, stage_layers, strict=True):
         layout = _stage_layout(model, layers, f, flags.block_size is not None)
         if f.kv_cache_memory_bytes is not None:
             available = f.kv_cache_memory_bytes
         else:
-            available = requested - mem.non_kv_bytes - cudagraph + available_shift_bytes
+            available = requested - mem.non_kv_bytes - cudagraph_charge + available_shift_bytes
         stages.append(StageKv(mem, available, layout, max(0, available) // layout.bytes_per_block))
     limiting = min(range(len(stages)), key=lambda i: (stages[i].num_blocks, i))
     lim = stages[limiting]
     layout = lim.layout
     num_blocks = lim.num_blocks
     per_request = layout.blocks_per_request(f.max_model_len, f.max_num_batched_tokens)
-    concurrency = num_blocks / per_request
-    if f.version == "0.19":
-        tokens = num_blocks // len(layout.groups) * layout.block_size
-    else:
-        tokens = int(concurrency * f.max_model_len)
+    tokens, concurrency = _tokens_and_concurrency(f, layout, num_blocks, per_request)
     fit_len = estimate_max_model_len(layout, lim.available_kv_bytes, f.max_model_len, f.max_num_batched_tokens)
-    refusal = _too_long(model, f, flags.allow_long_max_model_len) or _startup_error(stages, f)
-    error = None if refusal is None else refusal.message
-    return VllmReport(
+    warmup = _warmup(model, f, stages[-1], num_blocks, total, graphs) if f.engine == "v1" else None
+    refusal = (_too_long(model, f, flags.allow_long_max_model_len) or _startup_error(stages, f)
+               or _warmup_refusal(warmup))
+    report = VllmReport(
         gpu=gpu,
         flags=f,
         total_memory_bytes=total,
         requested_bytes=requested,
-        cudagraph_bytes=cudagraph,
+        cudagraph_bytes=graphs,
+        graphs=modes,
         stages=tuple(stages),
         limiting_stage=limiting,
         num_blocks=num_blocks,
@@ -303,7 +441,55 @@ def plan_vllm(
         max_concurrency=concurrency,
         max_model_len_fit=fit_len,
         refusal=refusal,
-        log_lines=tuple(_log_lines(stages, f, tokens, concurrency, error, requested, total)),
+        warmup=warmup,
+        profile=used,
+    )
+    return _with_log(report)
+
+
+def _with_log(r: VllmReport) -> VllmReport:
+    return replace(r, log_lines=tuple(log_lines(r)))
+
+
+def _tokens_and_concurrency(
+    f: ResolvedFlags, layout: KvCacheLayout, num_blocks: int, per_request: int
+) -> tuple[int, float]:
+    """The "GPU KV cache size" tokens and "Maximum concurrency" each release reports (engine-rules.md 1.8)."""
+    if f.engine == "v0" or f.rules.v1_tokens_rule == "blocks":
+        tokens = num_blocks * layout.block_size
+        return tokens, tokens / f.max_model_len
+    concurrency = num_blocks / per_request
+    if f.rules.v1_tokens_rule == "blocks_per_group":
+        return num_blocks // len(layout.groups) * layout.block_size, concurrency
+    return int(concurrency * f.max_model_len), concurrency
+
+
+def _warmup(
+    model: ModelSpec, f: ResolvedFlags, last: StageKv, num_blocks: int, total: int, graphs: int
+) -> Warmup | None:
+    """The sampler warm-up on the last pipeline rank (V1 0.8+; see Warmup). Every rank allocates the
+    limiting rank's block count, in its own block size."""
+    if not f.rules.sampler_warmup:
+        return None
+    rows = min(f.max_num_seqs, f.max_num_batched_tokens)
+    need = activation_peak_bytes(model, dtype=f.dtype, tp=f.tp, max_num_batched_tokens=rows, max_num_seqs=rows,
+                                 runs_sampler=True, sampler=_sampler_path(f))
+    nt = last.memory.non_torch
+    kv = num_blocks * last.layout.bytes_per_block
+    twice = graphs if f.rules.cudagraphs_profiled and _moe_kernel(model) == "mxfp4" else 0
+    free = (total - nt.context_bytes - nt.before_snapshot_bytes - last.memory.weights_bytes - nt.growth_bytes
+            - kv - graphs - twice)
+    return Warmup(rows, free, need, graphs, twice)
+
+
+def _warmup_refusal(w: Warmup | None) -> Refusal | None:
+    if w is None or w.fits:
+        return None
+    return Refusal(
+        "sampler_warmup_oom",
+        f"CUDA out of memory occurred when warming up sampler with {w.rows} dummy requests. Please try lowering "
+        "`max_num_seqs` or `gpu_memory_utilization` when initializing the engine.",
+        "engine.gpu_memory_utilization",
     )
 
 
@@ -321,16 +507,34 @@ def _too_long(model: ModelSpec, f: ResolvedFlags, allowed: bool) -> Refusal | No
     return None
 
 
+def _no_memory() -> Refusal:
+    return Refusal(
+        "no_kv_memory",
+        "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+        "initializing the engine.",
+        "engine.gpu_memory_utilization",
+    )
+
+
 def _startup_error(stages: list[StageKv], f: ResolvedFlags) -> Refusal | None:
-    """vLLM's _check_enough_kv_cache_memory, rank by rank: the first rank that cannot hold one request."""
+    """The first rank that cannot hold one request: V1's _check_enough_kv_cache_memory, V0's
+    raise_if_cache_size_invalid (which compares tokens, num_gpu_blocks x block_size, with max_model_len)."""
     for s in stages:
+        if f.engine == "v0":
+            if s.num_blocks <= 0:
+                return _no_memory()
+            capacity = s.num_blocks * s.layout.block_size
+            if f.max_model_len > capacity:
+                return Refusal(
+                    "one_request",
+                    f"The model's max seq len ({f.max_model_len}) is larger than the maximum number of tokens that "
+                    f"can be stored in KV cache ({capacity}). Try increasing `gpu_memory_utilization` or "
+                    "decreasing `max_model_len` when initializing the engine.",
+                    "workload.max_model_len",
+                )
+            continue
         if s.available_kv_bytes <= 0:
-            return Refusal(
-                "no_kv_memory",
-                "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-                "initializing the engine.",
-                "engine.gpu_memory_utilization",
-            )
+            return _no_memory()
         needed = s.layout.blocks_per_request(f.max_model_len, f.max_num_batched_tokens) * s.layout.bytes_per_block
         if needed > s.available_kv_bytes:
             fit = estimate_max_model_len(s.layout, s.available_kv_bytes, f.max_model_len, f.max_num_batched_tokens)
@@ -345,22 +549,3 @@ def _startup_error(stages: list[StageKv], f: ResolvedFlags) -> Refusal | None:
             )
     return None
 
-
-def _log_lines(stages, f: ResolvedFlags, tokens: int, concurrency: float, error, requested: int, total: int) -> list[str]:
-    first = stages[0].memory
-    lines = [f"Model loading took {format_gib(first.weights_bytes)} GiB memory"]
-    for s in stages:
-        m = s.memory
-        where = f"[PP{m.stage}] " if len(stages) > 1 else ""
-        lines.append(
-            f"{where}Memory profiling: torch peak memory increase: {format_gib(m.activation_peak_bytes)}GiB; "
-            f"non-torch forward increase memory: {format_gib(m.non_torch_bytes)}GiB; "
-            f"weights memory: {format_gib(m.weights_bytes)}GiB."
-        )
-    lines.append(f"Available KV cache memory: {format_gib(stages[0].available_kv_bytes)} GiB")
-    if error:
-        lines.append(f"ValueError: {error}")
-        return lines
-    lines.append(f"GPU KV cache size: {tokens:,} tokens")
-    lines.append(f"Maximum concurrency for {f.max_model_len:,} tokens per request: {concurrency:.2f}x")
-    return lines

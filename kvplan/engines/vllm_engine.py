@@ -11,16 +11,17 @@ from typing import ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal
-from kvplan.engines.vllm import VLLM_VERSIONS, VllmFlags, VllmReport, plan_vllm
-from kvplan.engines.vllm_memory import WeightSplit
+from kvplan.engines.vllm import USAGES, VllmFlags, VllmReport, plan_vllm
+from kvplan.engines.vllm_calibration import calibration_for
+from kvplan.engines.vllm_memory import StageMemory, WeightSplit
+from kvplan.engines.vllm_versions import VllmRules, engine_for, rules_for
 from kvplan.errors import FieldError
 from kvplan.model.specs import ModelSpec
 from kvplan.units import cdiv, fmt_gib
 
-# --block-size choices of vLLM's CacheConfig (BlockSize literal); 7 or 20 are refused by its argument parser.
-BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
-# --kv-cache-dtype choices (CacheDType literal of vLLM 0.19; 'bf16' is kvplan's spelling of bfloat16).
-KV_CACHE_DTYPES = ("auto", "bfloat16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
+# KV cache dtypes kvplan sizes (kvplan.model.dtypes); a release must also list the name (VllmRules).
+# 'bf16' is kvplan's spelling of bfloat16.
+SIZED_KV_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class VllmOptions:
     engine: ClassVar[str] = "vllm"
 
     version: str = "current"
+    use_v1: bool | None = None  # VLLM_USE_V1 (0.6.4-0.10.x); None: the release's default engine
+    usage: str = "serve"  # "serve" (vllm serve) or "llm" (the LLM class): their batch defaults differ
+    enforce_eager: bool = False  # --enforce-eager: no CUDA graphs
     gpu_memory_utilization: float | None = None
     block_size: int | None = None
     max_num_seqs: int | None = None
@@ -38,9 +42,14 @@ class VllmOptions:
     kv_cache_memory_bytes: int | None = None
     allow_long_max_model_len: bool = False  # the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
 
+    @property
+    def rules(self) -> VllmRules:
+        return rules_for(self.version)
+
     def validate(self) -> None:
-        if self.version not in VLLM_VERSIONS:
-            raise FieldError("engine.version", f"must be one of {', '.join(VLLM_VERSIONS)}", self.version)
+        engine_for(self.rules, self.use_v1)
+        if self.usage not in USAGES:
+            raise FieldError("engine.usage", f"must be one of {', '.join(USAGES)}", self.usage)
         u = self.gpu_memory_utilization
         if u is not None and not 0 < u <= 1:
             raise FieldError("engine.gpu_memory_utilization", "must be in (0, 1]", u)
@@ -50,6 +59,9 @@ class VllmOptions:
                 raise FieldError(f"engine.{name}", "must be between 1 and 2^30", value)
         if self.kv_cache_memory_bytes is not None and not 0 < self.kv_cache_memory_bytes < 1 << 50:
             raise FieldError("engine.kv_cache_memory_bytes", "must be a positive size", self.kv_cache_memory_bytes)
+        if self.kv_cache_memory_bytes is not None and not self.rules.kv_cache_memory_option:
+            raise FieldError("engine.kv_cache_memory_bytes",
+                             f"vLLM {self.version} has no --kv-cache-memory-bytes (0.10.2 and later)")
 
 
 def tp_refusal(model: ModelSpec, tp: int) -> Refusal | None:
@@ -74,18 +86,23 @@ def tp_refusal(model: ModelSpec, tp: int) -> Refusal | None:
 
 
 def _config_refusal(d: Deployment, o: VllmOptions) -> Refusal | None:
-    """What vLLM rejects before it sizes memory: flag values, tp against the heads, pp against the layers."""
-    if d.kv_cache_dtype.lower() not in KV_CACHE_DTYPES:
+    """What vLLM rejects before it sizes memory: flag values (per release), tp against the heads, pp against
+    the layers."""
+    rules = o.rules
+    taken = [c for c in rules.kv_cache_dtypes if c in SIZED_KV_DTYPES]
+    kv = d.kv_cache_dtype.lower()
+    if (kv if kv != "bf16" else "bfloat16") not in taken:
         return Refusal(
             "kv_dtype",
-            f"vLLM's --kv-cache-dtype takes {', '.join(c for c in KV_CACHE_DTYPES if c != 'bf16')}; "
+            f"vLLM {o.version}'s --kv-cache-dtype takes {', '.join(taken)} (of what kvplan sizes); "
             f"not {d.kv_cache_dtype!r}.",
             "kv_cache_dtype",
         )
-    if o.block_size is not None and o.block_size not in BLOCK_SIZES:
+    sizes = rules.block_sizes
+    if o.block_size is not None and sizes is not None and o.block_size not in sizes:
         return Refusal(
             "option",
-            f"vLLM's --block-size takes {', '.join(map(str, BLOCK_SIZES))}; not {o.block_size}.",
+            f"vLLM {o.version}'s --block-size takes {', '.join(map(str, sizes))}; not {o.block_size}.",
             "engine.block_size",
         )
     if d.parallelism.pp > d.model.num_layers:
@@ -113,6 +130,9 @@ def _flags(d: Deployment, o: VllmOptions) -> VllmFlags:
         enable_prefix_caching=o.enable_prefix_caching,
         kv_cache_memory_bytes=o.kv_cache_memory_bytes,
         version=o.version,
+        use_v1=o.use_v1,
+        usage=o.usage,
+        enforce_eager=o.enforce_eager,
         allow_long_max_model_len=o.allow_long_max_model_len,
         # Expert parallel spreads whole experts over the tp x dp ranks of the EP group (FusedMoE's EP).
         split=WeightSplit(
@@ -133,10 +153,14 @@ def _shared_prefix_blocks(report: VllmReport, prefix_tokens: int, caching: bool)
 
 
 def _notes(d: Deployment, r: VllmReport) -> list[str]:
-    """Why vLLM's blocks differ from tokens x bytes: the in-flight window blocks, raised blocks, null block."""
+    """Why vLLM's figures are what they are: null block, windows, raised blocks, graphs, warm-up, profile."""
     f = r.flags
     layout = r.stages[r.limiting_stage].layout
-    out = [f"1 of vLLM's {r.num_blocks:,} blocks is its null block, which no request can use"]
+    out = []
+    if f.engine == "v1":
+        out.append(f"1 of vLLM's {r.num_blocks:,} blocks is its null block, which no request can use")
+    elif any(k in d.model.layer_kinds() for k in ("sliding_window", "chunked_local")):
+        out.append(f"vLLM {f.version}'s V0 engine caches every token in sliding-window layers too")
     if f.max_model_len % layout.block_size:
         out.append(
             f"a request of {f.max_model_len:,} tokens takes {cdiv(f.max_model_len, layout.block_size):,} whole "
@@ -155,11 +179,50 @@ def _notes(d: Deployment, r: VllmReport) -> list[str]:
         out.append(
             f"vLLM raises the attention block to {layout.block_size} tokens so one page holds a Mamba state"
         )
+    if r.cudagraph_bytes and not (f.engine == "v1" and f.rules.cudagraphs_subtracted):
+        out.append(f"CUDA graphs (about {fmt_gib(r.cudagraph_bytes)}) are not in vLLM {f.version}'s budget: "
+                   "they live in the memory utilization leaves out")
+    warm = r.warmup
+    if warm is not None and r.refusal is None:
+        out.append(f"the sampler warm-up after the KV cache ({warm.rows:,} rows) needs {fmt_gib(warm.need_bytes)} "
+                   f"of the {fmt_gib(warm.free_bytes)} then free")
+    if r.profile is not None:
+        out += [f"not taken from your box's profile: {s}" for s in r.profile.skipped]
     return out
 
 
+def _terms(d: Deployment, r: VllmReport, m: StageMemory) -> list[MemoryTerm]:
+    """What this release subtracts from the requested memory on the limiting rank, each term labelled."""
+    f = r.flags
+    measured = set(r.profile.applied) if r.profile else set()
+
+    def mark(name: str, label: str) -> str:
+        return f"{label}; measured on your box" if name in measured else label
+
+    loaded = "weights as loaded on this rank"
+    if d.weights.checkpoint_bytes is not None:
+        loaded = f"{d.weights.checkpoint_source or 'the given checkpoint size'}, as loaded on this rank"
+        if d.parallelism.tp * d.parallelism.pp > 1:
+            loaded += "; split over ranks as kvplan's parameter groups split (approximate)"
+    peak = f"activation peak of the profiling run ({f.max_num_batched_tokens:,} tokens"
+    peak += f", {min(f.max_num_seqs, f.max_num_batched_tokens):,} sampler rows)" if m.runs_sampler else ")"
+    if m.encoder_bytes:
+        peak += ", vision encoder first"
+    charged = "CUDA context, NCCL and growth" if m.non_torch_bytes > m.non_torch.growth_bytes else "growth"
+    terms = [
+        MemoryTerm("weights", m.weights_bytes, mark("weights", loaded)),
+        MemoryTerm("activation_peak", m.activation_peak_bytes, mark("activation peak", peak)),
+        MemoryTerm("non_torch", m.non_torch_bytes, mark("non-torch", f"non-torch memory ({charged})")),
+    ]
+    if f.engine == "v1" and f.rules.cudagraphs_subtracted and r.cudagraph_bytes:
+        sizes = f"{len(r.graphs.piecewise)} piecewise + {len(r.graphs.full)} full graphs"
+        terms.append(MemoryTerm("cuda_graphs", r.cudagraph_bytes, mark("CUDA graphs", f"CUDA graphs ({sizes})")))
+    return terms
+
+
 class VllmEngine:
-    """vLLM (V1 engine), per release: see kvplan.engines.vllm for what each version changes."""
+    """vLLM, any release from 0.6.0 to 0.33 (V0 and V1 engines): kvplan.engines.vllm_versions lists what each
+    release changes."""
 
     name: ClassVar[str] = "vllm"
     label: ClassVar[str] = "vLLM"
@@ -193,23 +256,10 @@ class VllmEngine:
                 log_lines=(f"ValueError: {refused.message}",),
             )
         flags = _flags(d, o)
-        r = plan_vllm(d.model, flags, d.gpu, checkpoint_bytes=d.weights.checkpoint_bytes)
+        r = plan_vllm(d.model, flags, d.gpu, checkpoint_bytes=d.weights.checkpoint_bytes, profile=d.profile)
         stage = r.stages[r.limiting_stage]
-        m = stage.memory
         batched = r.flags.max_num_batched_tokens
-        loaded = "weights as loaded on this rank"
-        if d.weights.checkpoint_bytes is not None:
-            loaded = f"{d.weights.checkpoint_source or 'the given checkpoint size'}, as loaded on this rank"
-            if d.parallelism.tp * d.parallelism.pp > 1:
-                loaded += "; split over ranks as kvplan's parameter groups split (approximate)"
-        terms = [
-            MemoryTerm("weights", m.weights_bytes, loaded),
-            MemoryTerm("activation_peak", m.activation_peak_bytes,
-                       f"activation peak of the profiling run ({batched:,} tokens)"),
-            MemoryTerm("non_torch", m.non_torch_bytes, "non-torch memory (CUDA context growth, NCCL)"),
-        ]
-        if r.cudagraph_bytes:
-            terms.append(MemoryTerm("cuda_graphs", r.cudagraph_bytes, "CUDA graphs"))
+        terms = _terms(d, r, stage.memory)
         if o.kv_cache_memory_bytes is not None:
             terms = [MemoryTerm("pinned", 0, f"--kv-cache-memory-bytes fixes the KV memory at "
                                 f"{fmt_gib(o.kv_cache_memory_bytes)}")]
@@ -238,5 +288,7 @@ class VllmEngine:
             log_lines=r.log_lines,
             notes=tuple(_notes(d, r)),
             detail=r.to_dict(),
+            calibration=calibration_for(d.model, d.gpu, r.flags.rules, r.flags.engine, o.version,
+                                        profiled=r.profile),
             per_request_at=lambda length: (layout.blocks_per_request(length, batched),),
         )

@@ -4,7 +4,8 @@ vLLM 0.19 (vllm/v1/worker/gpu_worker.py determine_available_memory) computes, pe
     available_kv = ceil(total_memory * gpu_memory_utilization) - weights - activation_peak - non_torch
 where `weights` is the torch memory the loaded model holds (parameters plus buffers such as the rotary
 cos/sin cache), `activation_peak` the torch peak of one dummy forward of max_num_batched_tokens tokens plus
-the sampler over max_num_seqs rows, and `non_torch` what CUDA context, cuBLAS and NCCL grew by meanwhile.
+the sampler over max_num_seqs rows (and, for multimodal models, the vision encoder before them), and
+`non_torch` what cuBLAS and NCCL grew by meanwhile. Other releases charge other terms (vllm_versions).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.capacity.weights import runtime_quant
-from kvplan.model.dtypes import weight_dtype_bytes
+from kvplan.engines.vllm_encoder import EncoderProfile
+from kvplan.engines.vllm_mxfp4 import Mxfp4Backend, expert_bytes_per_rank
+from kvplan.model.dtypes import serving_dtype, weight_dtype_bytes
 from kvplan.model.quant import group_weight_bytes
 from kvplan.model.specs import ModelSpec, ParamGroup, QuantSpec
 from kvplan.units import GiB, cdiv
@@ -26,30 +29,68 @@ VOCAB_PADDING = 64
 # Families whose positions are learned embeddings, not rotary: they hold no cos/sin cache.
 _NO_ROPE = ("gpt2", "gpt_bigcode", "opt")
 
-# --- Activation peak, fitted on vllm-startup-logs.jsonl (`python benchmarks/vllm_accuracy.py --fit`) -------
+# --- Activation peak, fitted on the fit split (`python benchmarks/vllm_accuracy.py --fit`) ---------------
 # The profiling run is one forward of T = max_num_batched_tokens tokens, then (last pipeline stage only) the
 # sampler on S = min(max_num_seqs, T) rows of logits over the padded vocabulary V. Two peaks compete and
 # the larger one is what torch records (b = bytes of the weight dtype):
 #   forward: FWD_BASE + FWD_PER_TOKEN_WIDTH * T * b * (intermediate / tp + hidden)
-#   sampler: SAMPLER_BASE + S * V * b  (the lm_head output, exact)  +  SAMPLER_FP32_COPIES * S * V * 4
-# The sampler keeps about three fp32 [S, V] tensors alive (float logits, softmax, sorted values for
-# top-k/top-p) and logits are gathered over TP, so TP does not shrink it: Llama-3.1-8B, S = 1,024,
-# V = 128,256: 131.3 M logits x (2 + 3.279 x 4) B + 0.023 GiB = 1.87 GiB (logged: 1.89 GiB at tp 1, 2 and 4).
-# Fitted on 6 of the 12 dense library models (14 logs): mean |error| 0.016 GiB; held out on the other 6
-# (19 logs): mean 0.048 GiB, worst -0.19 GiB (Llama-3.1-8B in float32). MoE models were left out of the fit:
-# they add the fused-MoE workspace (moe_workspace_bytes, buffer shapes from vLLM, no fitted coefficient),
-# which the forward allocates once and still holds when the sampler runs, so it adds to whichever peak wins.
+#   sampler: SAMPLER_BASE + S * V * b  (the lm_head output, exact)  +  fp32 copies * S * V * 4
+# Logits are gathered over TP, so TP does not shrink the sampler: Llama-3.1-8B, S = 1,024, V = 128,256 on
+# 0.19: 131.3 M logits x (2 + 3.279 x 4) B + 0.023 GiB = 1.87 GiB (logged: 1.89 GiB at tp 1, 2 and 4).
+# The forward coefficients and the 0.17+ sampler's 3.279 copies were fitted on 6 of the 12 dense library
+# models of the fit split (14 logs): mean |error| 0.016 GiB; the other 6 (19 logs): mean 0.048 GiB, worst
+# -0.19 GiB (Llama-3.1-8B in float32). MoE models add the fused-MoE workspace (moe_workspace_bytes, buffer
+# shapes from vLLM, no fitted coefficient), which the forward still holds when the sampler runs.
 FWD_BASE_BYTES = round(0.096 * GiB)
 FWD_PER_TOKEN_WIDTH = 2.926
 SAMPLER_BASE_BYTES = round(0.023 * GiB)
-SAMPLER_FP32_COPIES = 3.279
+# fp32 [S, V] tensors alive at the sampler's peak, per sampler path (engine-rules.md 1.5): the 0.17+ Triton
+# top-k/top-p keeps float logits, softmax and the exponential noise (3; fitted 3.279 on 0.19); 0.12-0.16's
+# PyTorch sort adds sorted values and int64 indices (5); 0.8-0.11's FlashInfer sampler only float logits and
+# probabilities (2); V0's sampler sorts and keeps probabilities and log-probabilities (6). V1 0.6.4-0.7.x runs
+# no sampler: compute_logits over all T tokens, in the model dtype only (0).
+SAMPLER_FP32_COPIES = {"triton": 3.279, "sort": 5.0, "flashinfer": 2.0, "v0": 6.0, "logits": 0.0}
 
-# --- Non-torch memory growth during profiling (CUDA context excluded: it predates the snapshot) ----------
-# Medians of the 61 logs on H100: TP=1 PP=1 0.25 GiB (cuBLAS workspaces); PP>1 at TP=1 0.07 GiB (each
-# worker's context is created before its snapshot); TP=2 2.07 GiB and TP=4 2.17 GiB (NCCL buffers and the
-# custom all-reduce workspace). TP=8 is not in the logs: it takes the TP=4 figure.
-NON_TORCH_BYTES = {"single": round(0.25 * GiB), "pp": round(0.07 * GiB), "tp2": round(2.07 * GiB),
-                   "tp4": round(2.17 * GiB)}
+
+# --- Non-torch memory: the CUDA context, NCCL set up before the worker's snapshot, growth while profiling --
+@dataclass(frozen=True)
+class NonTorch:
+    """Memory outside torch's allocator on one rank, in three parts that releases charge differently."""
+
+    context_bytes: int  # CUDA context and runtime: in every worker's snapshot
+    before_snapshot_bytes: int  # communicators set up before the snapshot (tp or pp > 1)
+    growth_bytes: int  # grown during the profiling run (cuBLAS workspaces, NCCL buffers on first use)
+
+    def charged(self, with_context: bool) -> int:
+        """What the budget subtracts: the growth, or (V0 0.6.4, V1 <= 0.9.0) everything non-torch."""
+        return self.growth_bytes + (self.context_bytes + self.before_snapshot_bytes if with_context else 0)
+
+
+# vLLM 0.19 on H100 (the fit split's worker snapshots and profiling lines): context 0.51 GiB on every rank;
+# before the snapshot +1.02 GiB at tp >= 2 and +0.92 GiB at pp > 1; growth 0.25 GiB on one GPU (cuBLAS
+# workspaces, compiled kernels), 0.07 GiB per pipeline stage, 2.07 GiB at tp 2 and 2.17 GiB at tp >= 4 (NCCL
+# with NVLink SHARP buffers, custom all-reduce). NVLink SHARP needs NVSwitch: H100/H200/H20 HGX, GH200,
+# B200. Elsewhere (PCIe cards, A100, NVLink bridges) NCCL is much smaller: 0.34-0.43 GiB at tp 4 on
+# A100-40GB (vllm-project/vllm#16570, V0 0.8.3) and 0.20 GiB at tp 4 on 24 GB cards (vllm#14447, V0 0.8):
+# 0.30 GiB, their middle, with nothing known before the snapshot.
+CONTEXT_BYTES = round(0.51 * GiB)
+NVLS_GPUS = ("H100-80GB", "H200", "H20", "GH200", "B200", "GB200", "B300")
+NON_TORCH = {
+    "single": NonTorch(CONTEXT_BYTES, 0, round(0.25 * GiB)),
+    "pp": NonTorch(CONTEXT_BYTES, round(0.92 * GiB), round(0.07 * GiB)),
+    "nvls_tp2": NonTorch(CONTEXT_BYTES, round(1.02 * GiB), round(2.07 * GiB)),
+    "nvls_tp4": NonTorch(CONTEXT_BYTES, round(1.02 * GiB), round(2.17 * GiB)),
+    "other_tp": NonTorch(CONTEXT_BYTES, 0, round(0.30 * GiB)),
+}
+
+
+def non_torch_class(gpu_key: str, tp: int, pp: int) -> str:
+    """The NON_TORCH row for this GPU and parallelism (tp 8 takes the tp 4 figure: no logs beyond)."""
+    if tp >= 2:
+        if not gpu_key.upper().startswith(NVLS_GPUS):
+            return "other_tp"
+        return "nvls_tp4" if tp >= 4 else "nvls_tp2"
+    return "pp" if pp > 1 else "single"
 
 
 @dataclass(frozen=True)
@@ -86,12 +127,20 @@ class StageMemory:
     weights_bytes: int
     rotary_cache_bytes: int  # part of weights_bytes
     activation_peak_bytes: int
-    non_torch_bytes: int
+    non_torch: NonTorch
+    non_torch_bytes: int  # what the release charges of non_torch (growth, or all of it)
     runs_sampler: bool
+    encoder_bytes: int = 0  # the vision encoder's own peak, when it ran on this stage (part of the peak)
 
     @property
     def non_kv_bytes(self) -> int:
         return self.weights_bytes + self.activation_peak_bytes + self.non_torch_bytes
+
+
+def num_experts(model: ModelSpec) -> int:
+    """Routed experts per MoE layer; 0 for a dense model (a hybrid whose class default names experts it never
+    uses, like Nemotron-H-56B, is dense: its geometry has no MoE layer)."""
+    return model.geometry.moe.num_experts if model.geometry.moe else 0
 
 
 def padded_vocab(vocab_size: int) -> int:
@@ -140,13 +189,28 @@ def checkpoint_scale(model: ModelSpec, checkpoint_bytes: int | None) -> float:
     return checkpoint_bytes / stored if stored else 1.0
 
 
+def _mxfp4_experts(g: ParamGroup, model: ModelSpec, tp: int, split: WeightSplit, backend: Mxfp4Backend) -> int:
+    """One rank's mxfp4 experts as loaded (vllm_mxfp4), the biases group included."""
+    moe = model.geometry.moe
+    experts = moe.num_experts if moe else 0
+    ranks = split.ranks_for(g, tp)
+    on_rank, inter_ranks = (cdiv(experts, ranks), 1) if split.expert_ranks else (experts, ranks)
+    return expert_bytes_per_rank(
+        experts=on_rank, layers=model.num_layers, hidden=model.hidden_size,
+        intermediate=(moe.expert_intermediate_size if moe else 0) or model.intermediate_size or 0,
+        ranks=inter_ranks, bias_bytes=weight_dtype_bytes(serving_dtype(model.config_dtype)), backend=backend,
+    )
+
+
 def weights_per_stage(
     model: ModelSpec, *, dtype: str, tp: int, pp: int, quantization: str | None, checkpoint_bytes: int | None = None,
-    split: WeightSplit = NO_SPLIT,
+    split: WeightSplit = NO_SPLIT, mxfp4_backend: Mxfp4Backend | None = None,
 ) -> list[tuple[int, int]]:
     """(weights bytes, rotary cache bytes) on one rank of each pipeline stage.
 
     `checkpoint_bytes`: the checkpoint's measured size (safetensors headers), see checkpoint_scale.
+    `mxfp4_backend`: the kernel backend an mxfp4 model's experts load for; they are then padded as it pads
+    them (vllm_mxfp4), instead of the checkpoint's shapes.
     """
     elem = weight_dtype_bytes(dtype)
     quant = model.quant or (runtime_quant(quantization) if quantization else None)
@@ -154,12 +218,18 @@ def weights_per_stage(
     tied = model.geometry.tie_word_embeddings
     rope = rotary_cache_bytes(model, elem)
     scale = checkpoint_scale(model, checkpoint_bytes)
+    padded = mxfp4_backend is not None and quant is not None and quant.method == "mxfp4"
     out = []
     for i, stage in enumerate(stages):
         first, last = i == 0, i == len(stages) - 1
         total = 0.0
         for g in model.param_groups:
-            b = _group_rank_bytes(g, quant, elem, model.vocab_size, split.ranks_for(g, tp))
+            if padded and g.name == "experts_bias":
+                continue  # loaded with the experts below
+            if padded and g.name == "experts" and mxfp4_backend is not None:
+                b = _mxfp4_experts(g, model, tp, split, mxfp4_backend)
+            else:
+                b = _group_rank_bytes(g, quant, elem, model.vocab_size, split.ranks_for(g, tp))
             if g.name.startswith(("embed_tokens", "embed_positions", "embed_proj", "vision")):
                 # A tied head on a separate last stage loads its own copy of the embedding.
                 total += b * (first + (last and not first and tied and g.name == "embed_tokens"))
@@ -191,26 +261,27 @@ def moe_workspace_bytes(model: ModelSpec, *, dtype: str, tp: int, max_num_batche
 
 
 def activation_peak_bytes(
-    model: ModelSpec, *, dtype: str, tp: int, max_num_batched_tokens: int, max_num_seqs: int, runs_sampler: bool
+    model: ModelSpec, *, dtype: str, tp: int, max_num_batched_tokens: int, max_num_seqs: int, runs_sampler: bool,
+    sampler: str = "triton", encoder: EncoderProfile | None = None,
 ) -> int:
-    """The torch peak of vLLM's profiling run on one rank (see the coefficients above)."""
+    """The torch peak of vLLM's profiling run on one rank (see the coefficients above).
+
+    `sampler`: the release's sampler path (a SAMPLER_FP32_COPIES key). `encoder`: the vision encoder's part
+    of the run on this rank; its embeddings stay cached while the forward and the sampler run.
+    """
     b = weight_dtype_bytes(dtype)
     inter = (model.intermediate_size or 4 * model.hidden_size) / tp
     forward = FWD_BASE_BYTES + FWD_PER_TOKEN_WIDTH * max_num_batched_tokens * b * (inter + model.hidden_size)
     moe = moe_workspace_bytes(model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens)
-    if not runs_sampler:
-        return int(forward) + moe
-    logits = min(max_num_seqs, max_num_batched_tokens) * padded_vocab(model.vocab_size)
-    sampler = SAMPLER_BASE_BYTES + logits * b + SAMPLER_FP32_COPIES * logits * 4
-    return int(max(forward, sampler)) + moe
-
-
-def non_torch_bytes(tp: int, pp: int) -> int:
-    if tp >= 4:
-        return NON_TORCH_BYTES["tp4"]
-    if tp >= 2:
-        return NON_TORCH_BYTES["tp2"]
-    return NON_TORCH_BYTES["pp"] if pp > 1 else NON_TORCH_BYTES["single"]
+    peak = forward
+    if runs_sampler:
+        rows = max_num_batched_tokens if sampler == "logits" else min(max_num_seqs, max_num_batched_tokens)
+        logits = rows * padded_vocab(model.vocab_size)
+        peak = max(forward, SAMPLER_BASE_BYTES + logits * b + SAMPLER_FP32_COPIES[sampler] * logits * 4)
+    lm = int(peak) + moe
+    if encoder is None:
+        return lm
+    return max(encoder.peak_bytes, lm + encoder.cached_bytes)
 
 
 def stage_memory(
@@ -222,17 +293,27 @@ def stage_memory(
     quantization: str | None,
     max_num_batched_tokens: int,
     max_num_seqs: int,
+    non_torch: NonTorch,
+    charge_context: bool,
+    sampler: str = "triton",
+    encoder: EncoderProfile | None = None,
     checkpoint_bytes: int | None = None,
     split: WeightSplit = NO_SPLIT,
+    mxfp4_backend: Mxfp4Backend | None = None,
 ) -> tuple[StageMemory, ...]:
-    """Weights, activation peak and non-torch memory on a rank of each pipeline stage."""
+    """Weights, activation peak and non-torch memory on a rank of each pipeline stage.
+
+    The vision encoder runs on the first stage (it makes the input embeddings), the sampler on the last.
+    """
     stages = pp_stage_layers(model.num_layers, pp)
     weights = weights_per_stage(
-        model, dtype=dtype, tp=tp, pp=pp, quantization=quantization, checkpoint_bytes=checkpoint_bytes, split=split
+        model, dtype=dtype, tp=tp, pp=pp, quantization=quantization, checkpoint_bytes=checkpoint_bytes, split=split,
+        mxfp4_backend=mxfp4_backend,
     )
     out = []
-    for i, (stage, (w, rope)) in enumerate(zip(stages, weights)):
+    for i, (stage, (w, rope)) in enumerate(zip(stages, weights, strict=True)):
         last = i == len(stages) - 1
+        enc = encoder if i == 0 else None
         out.append(
             StageMemory(
                 stage=i,
@@ -241,10 +322,12 @@ def stage_memory(
                 rotary_cache_bytes=rope,
                 activation_peak_bytes=activation_peak_bytes(
                     model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
-                    max_num_seqs=max_num_seqs, runs_sampler=last,
+                    max_num_seqs=max_num_seqs, runs_sampler=last, sampler=sampler, encoder=enc,
                 ),
-                non_torch_bytes=non_torch_bytes(tp, pp),
+                non_torch=non_torch,
+                non_torch_bytes=non_torch.charged(charge_context),
                 runs_sampler=last,
+                encoder_bytes=0 if enc is None else enc.peak_bytes,
             )
         )
     return tuple(out)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvplan.engines.base import REFUSAL_CODES
+from kvplan.engines.base import REFUSAL_CODES, Calibration
 from kvplan.planner.fixes import Fix
 from kvplan.planner.verdict import LIMIT_KV, LIMIT_REQUEST_CAP, Verdict
 
@@ -101,9 +101,18 @@ def verdict_to_dict(v: Verdict) -> dict[str, Any]:
         "longest_context_tokens": v.longest_context_tokens,
         "log_lines": list(a.log_lines),
         "notes": list(v.notes),
+        "calibration": calibration_to_dict(a.calibration),
         "engine_detail": dict(a.detail),
         **workload_to_dict(v),
     }
+
+
+def calibration_to_dict(c: Calibration | None) -> dict[str, Any] | None:
+    """Where the engine model was checked and whether this plan lies inside (None: the engine states none)."""
+    if c is None:
+        return None
+    return {"in_range": c.in_range, "checked_on": c.checked_on, "outside": list(c.outside),
+            "error_band": c.error_band}
 
 
 def fix_to_dict(f: Fix) -> dict[str, Any]:

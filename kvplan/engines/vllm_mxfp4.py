@@ -1,0 +1,78 @@
+"""gpt-oss's mxfp4 MoE experts as vLLM loads them: padded for the kernel backend the GPU gets.
+
+docs/engine-rules.md 1.10 (vLLM 0.10.1+, mxfp4_round_up_hidden_size_and_intermediate_size). The checkpoint
+holds per expert w13 = [2I, H] and w2 = [H, I] as packed 4-bit values (2 per byte) with one e8m0 scale byte
+per 32 values and bf16 biases. At load:
+- every backend rounds the per-rank intermediate I/tp and the hidden size H up to its tile;
+- OpenAI's Triton kernels (Hopper) also swizzle the packed values into a layout padded to 64 in both dims,
+  keep a swizzled copy of the scales beside the original scale parameters, and convert biases to float32.
+gpt-oss-20b (24 layers x 32 experts, H = I = 2,880) on H100 at tp 1: the experts grow from 9.47 to 10.23 GiB,
+so the weights from 12.83 to 13.60 GiB (vLLM logs 13.64); at tp 2 from 6.43 to 6.96 GiB (logged 7.01).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.hardware.gpus import GpuSpec
+from kvplan.units import cdiv
+
+MX_BLOCK = 32  # values per e8m0 scale byte
+
+
+@dataclass(frozen=True)
+class Mxfp4Backend:
+    """One backend's padding: intermediate per rank and hidden rounded up to these multiples."""
+
+    name: str
+    intermediate_multiple: int
+    hidden_multiple: int
+    swizzle: bool = False  # Triton's Hopper layout: packed dims to 64, scales kept twice, fp32 biases
+
+
+TRITON = Mxfp4Backend("triton", 64, 1, swizzle=True)
+MARLIN = Mxfp4Backend("marlin", 128, 256)
+FLASHINFER_TRTLLM = Mxfp4Backend("flashinfer-trtllm", 256, 256)
+ROCM = Mxfp4Backend("rocm", 256, 256)
+
+# vLLM 0.19's priority (_get_priority_backends): FlashInfer TRT-LLM on SM100, CK on ROCm, Triton on SM90,
+# Marlin on the rest (Ampere and Ada have no Triton mxfp4 kernel).
+_HOPPER = ("H100", "H200", "H20", "GH200")
+_BLACKWELL = ("B200", "GB200", "B300", "GB300")
+
+
+def backend_for(gpu: GpuSpec) -> Mxfp4Backend:
+    key = gpu.key.upper()
+    if gpu.vendor == "amd":
+        return ROCM
+    if key.startswith(_BLACKWELL):
+        return FLASHINFER_TRTLLM
+    if key.startswith(_HOPPER):
+        return TRITON
+    return MARLIN
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return cdiv(n, multiple) * multiple
+
+
+def expert_bytes_per_rank(
+    *, experts: int, layers: int, hidden: int, intermediate: int, ranks: int, bias_bytes: int, backend: Mxfp4Backend,
+) -> int:
+    """Loaded bytes of all mxfp4 experts (values, scales, biases) on one rank, intermediate split over `ranks`.
+
+    gpt-oss-20b on Triton at tp 2: I/2 = 1,440 -> 1,472. Per expert the packed w13 [2,944, 1,440] is stored
+    transposed and padded to [1,472, 2,944]; w2 [2,880, 736] to [768, 2,880]: 6,545,408 B; scales
+    2,944 x 90 + 2,880 x 46 = 397,440 B, kept twice; fp32 biases (2,944 + 2,880) x 4 = 23,296 B. 768 experts:
+    768 x (6,545,408 + 794,880 + 23,296) = 5,655,232,512 B.
+    """
+    inter = _round_up(cdiv(intermediate, ranks), backend.intermediate_multiple)
+    hid = _round_up(hidden, backend.hidden_multiple)
+    if backend.swizzle:
+        values = _round_up(hid // 2, 64) * _round_up(2 * inter, 64) + _round_up(inter // 2, 64) * _round_up(hid, 64)
+    else:
+        values = 2 * inter * hid // 2 + hid * inter // 2
+    scales = 2 * inter * cdiv(hid, MX_BLOCK) + hid * cdiv(inter, MX_BLOCK)
+    biases = (2 * inter + hid) * (4 if backend.swizzle else bias_bytes)
+    copies = 2 if backend.swizzle else 1
+    return experts * layers * (values + copies * scales + biases)

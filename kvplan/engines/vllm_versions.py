@@ -1,0 +1,165 @@
+"""vLLM's start-up rules per release, 0.6.0 to 0.33: one frozen record per range, built change by change.
+
+Every field names a rule docs/engine-rules.md found in vLLM's own source at that release (the section is
+given beside each change below). A release maps to the record of the last change at or before it:
+0.10.1.1 takes the 0.10.1 record, 0.16.1rc1.dev206+g097eb544e the 0.16 one. "current" is the newest.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from kvplan.errors import FieldError
+
+Release = tuple[int, int, int]
+
+OLDEST: Release = (0, 6, 0)
+NEWEST: Release = (0, 33, 0)
+ACCEPTED = "a vLLM release from 0.6.0 to 0.33 (e.g. 0.6.4, 0.10.1.1, 0.19, 0.33.0) or current"
+
+# "0.10.1.1", "0.6.3.post1", "0.16.1rc1.dev206+g097eb544e", "0.13.0+faa43dbf.nv26.01", "v0.19.0".
+_VERSION_RE = re.compile(
+    r"v?(?P<major>\d+)\.(?P<minor>\d+)(?:\.(?P<patch>\d+))?(?:\.\d+)?"
+    r"(?:\.?(?:post|rc|a|b)\d+)?(?:\.dev\d+)?(?:\+[0-9A-Za-z.]+)?"
+)
+
+
+@dataclass(frozen=True)
+class VllmRules:
+    """What one vLLM release does at start-up (engine-rules.md section in brackets)."""
+
+    since: Release  # the first release with exactly these rules
+    label: str  # what changed there, for people
+    default_engine: str = "v0"  # "v0" or "v1" [1.1]
+    v1_available: bool = False  # VLLM_USE_V1=1 possible [1.1]
+    v0_available: bool = True  # VLLM_USE_V1=0 possible [1.1]
+    default_utilization: float = 0.90  # [1.3]
+    requested_ceil: bool = False  # requested = ceil(total x util), else the float product [1.2]
+    # How the non-KV memory is measured, per engine [1.2, 1.7]:
+    #   "free_drop" (V0 0.6.0-0.6.3): free memory at start minus free after profiling, torch's cache included;
+    #   "absolute"  (V0 0.6.4, V1 <= 0.9.0): torch's absolute peak (weights included) plus all non-torch memory,
+    #               so the CUDA context and communicators set up before the worker's snapshot are charged;
+    #   "snapshot"  (V0 0.6.5+, V1 0.9.1-0.26): weights + torch peak increase + non-torch increase since the
+    #               snapshot taken after the context exists;
+    #   "consumed"  (V1 0.27+): the drop in free memory plus the transient peak; the same terms, measured
+    #               through mem_get_info.
+    v0_budget: str = "free_drop"
+    v1_budget: str = "absolute"
+    cudagraphs_subtracted: bool = False  # the CUDA-graph estimate comes off the budget [1.6]
+    cudagraphs_profiled: bool = False  # an estimate pass captures graphs before the KV cache [1.6]
+    v0_chunked_tokens: int = 512  # V0 max_num_batched_tokens with chunked prefill on [1.4]
+    v1_batch_rule: str = "fixed"  # "fixed" (2048/1024), "name" (h100/h200), "memory", "memory_not_a100" [1.4]
+    batch_caps: bool = False  # tokens <= seqs x len, seqs <= tokens when defaulted [1.4]
+    hybrid_groups: bool = False  # V1 groups sliding/full/Mamba layers with one unified page [1.9]
+    v1_tokens_rule: str = "blocks"  # "blocks", "blocks_per_group", "concurrency" [1.8]
+    v1_concurrency_rule: str = "tokens"  # "tokens" (tokens / len) or "blocks" (blocks / blocks per request) [1.8]
+    concurrency_line: bool = False  # V0 logs "Maximum concurrency ..." [1.8]
+    sampler_warmup: bool = False  # V1 warms the sampler up after the KV cache is allocated [1.5]
+    v1_sampler: str = "logits"  # "logits" (all tokens, no sampler), "flashinfer", "sort", "triton" [1.5]
+    capture_rule: str = "v1_512"  # "v1_512", "v1_2seqs", "v1_2seqs_16" [1.6]
+    full_graphs: bool = False  # FULL_AND_PIECEWISE: a full decode set beside the piecewise one [1.6]
+    blackwell_1024: bool = False  # capture up to 1,024 on data-center Blackwell [1.6]
+    block_sizes: tuple[int, ...] | None = (8, 16, 32, 64, 128)  # None: any positive size [1.9]
+    kv_cache_dtypes: tuple[str, ...] = ("auto", "fp8", "fp8_e5m2", "fp8_e4m3")  # [1.12]
+    mla_latent: bool = False  # MLA caches the compressed latent (0.7.1+), not per-head K/V [1.9]
+    mxfp4: bool = False  # gpt-oss mxfp4 MoE weights load (0.10.1+) [1.10]
+    kv_cache_memory_option: bool = False  # --kv-cache-memory-bytes exists (0.10.2+) [1.2]
+    combined_kv_line: bool = False  # "GPU KV cache size" and "Maximum concurrency" on one line (0.28+) [1.8]
+
+    @property
+    def release(self) -> str:
+        return ".".join(map(str, self.since))
+
+    def budget(self, engine: str) -> str:
+        """How `engine` ("v0" or "v1") measures the non-KV memory in this release."""
+        return self.v0_budget if engine == "v0" else self.v1_budget
+
+    def charges_context(self, engine: str) -> bool:
+        """Whether the CUDA context and early communicators come off the budget (the "absolute" measure)."""
+        return self.budget(engine) == "absolute"
+
+
+def _changes() -> tuple[VllmRules, ...]:
+    """The rule records, oldest first; each is the previous one with what that release changed."""
+    out = [VllmRules(OLDEST, "V0 engine; budget = total x util - (free at start - free after profiling)")]
+
+    def change(since: Release, label: str, **fields: object) -> None:
+        out.append(replace(out[-1], since=since, label=label, **fields))  # type: ignore[arg-type]
+
+    change((0, 6, 3), "V0 logs 'Maximum concurrency ...'", concurrency_line=True)
+    change((0, 6, 4), "V0 charges torch's absolute peak and the CUDA context; V1 opt-in (VLLM_USE_V1=1)",
+           v0_budget="absolute", v1_available=True)
+    change((0, 6, 5), "V0 memory_profiling: weights + peak increase + non-torch increase; chunked 2,048",
+           v0_budget="snapshot", v0_chunked_tokens=2048)
+    change((0, 7, 0), "V1 batch defaults by device name (h100/h200: 8,192 tokens)", v1_batch_rule="name")
+    change((0, 7, 1), "MLA caches its latent", mla_latent=True)
+    change((0, 8, 0), "V1 is the default engine; sampler warm-up after the KV cache; FlashInfer sampler",
+           default_engine="v1", sampler_warmup=True, v1_sampler="flashinfer",
+           block_sizes=(1, 8, 16, 32, 64, 128))
+    change((0, 8, 5), "V1 batch defaults by memory (>= 70 GiB: 8,192 tokens, 1,024 seqs)", v1_batch_rule="memory")
+    change((0, 9, 0), "A100s get the small-GPU batch defaults", v1_batch_rule="memory_not_a100")
+    change((0, 9, 1), "V1 budget from the worker's snapshot (context not charged); hybrid KV groups",
+           v1_budget="snapshot", hybrid_groups=True, v1_tokens_rule="blocks_per_group",
+           v1_concurrency_rule="blocks")
+    change((0, 10, 0), "CUDA graphs up to min(2 x max_num_seqs, 512)", capture_rule="v1_2seqs",
+           kv_cache_dtypes=("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"))
+    change((0, 10, 1), "gpt-oss mxfp4 MoE", mxfp4=True)
+    change((0, 10, 2), "capture sizes step 16 above 256; --kv-cache-memory-bytes", capture_rule="v1_2seqs_16",
+           kv_cache_memory_option=True)
+    change((0, 11, 0), "V1 only; FULL_AND_PIECEWISE CUDA graphs", v0_available=False, full_graphs=True)
+    change((0, 11, 1), "defaulted tokens capped at seqs x len, seqs at tokens", batch_caps=True)
+    change((0, 12, 0), "PyTorch sort sampler (FlashInfer opt-in); block size 256; bfloat16 KV",
+           v1_sampler="sort", block_sizes=(1, 8, 16, 32, 64, 128, 256),
+           kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"))
+    change((0, 14, 0), "requested = ceil(total x util)", requested_ceil=True)
+    change((0, 17, 0), "Triton top-k/top-p sampler", v1_sampler="triton")
+    change((0, 18, 0), "CUDA-graph memory profiled before the KV cache (not subtracted); any block size",
+           cudagraphs_profiled=True, block_sizes=None)
+    change((0, 19, 0), "float16 KV spelling",
+           kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc",
+                            "fp8_ds_mla"))
+    change((0, 20, 0), "utilization 0.92; CUDA-graph estimate subtracted from the budget",
+           default_utilization=0.92, cudagraphs_subtracted=True)
+    change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len)", v1_tokens_rule="concurrency")
+    change((0, 27, 0), "non-KV memory = drop in free memory + transient peak (same terms)", v1_budget="consumed")
+    change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line",
+           blackwell_1024=True, combined_kv_line=True)
+    return tuple(out)
+
+
+RULES: tuple[VllmRules, ...] = _changes()
+
+
+def parse_release(text: str) -> Release:
+    """A release string as (major, minor, patch): "0.10.1.1" -> (0, 10, 1); "current" -> the newest.
+
+    Raises FieldError on engine.version for anything else, or a release outside 0.6.0 .. 0.33.
+    """
+    raw = str(text).strip()
+    if raw.lower() in ("current", "latest", "newest"):
+        return NEWEST
+    m = _VERSION_RE.fullmatch(raw)
+    if m is None:
+        raise FieldError("engine.version", f"must be {ACCEPTED}", raw[:40])
+    release = (int(m["major"]), int(m["minor"]), int(m["patch"] or 0))
+    if not OLDEST <= release <= (NEWEST[0], NEWEST[1], 10**6):
+        raise FieldError("engine.version", f"is outside the releases kvplan models; use {ACCEPTED}", raw[:40])
+    return release
+
+
+def rules_for(version: str) -> VllmRules:
+    """The rules of `version` ("0.19", "0.6.4", "current", ...)."""
+    release = parse_release(version)
+    return [r for r in RULES if r.since <= release][-1]
+
+
+def engine_for(rules: VllmRules, use_v1: bool | None, field: str = "engine.use_v1") -> str:
+    """"v0" or "v1": the release's default engine, or the one VLLM_USE_V1 asks for if the release has it."""
+    if use_v1 is None:
+        return rules.default_engine
+    if use_v1 and not rules.v1_available:
+        raise FieldError(field, f"vLLM {rules.release} has no V1 engine (0.6.4 and later)", use_v1)
+    if not use_v1 and not rules.v0_available:
+        raise FieldError(field, f"vLLM {rules.release} has no V0 engine (0.10.x and earlier)", use_v1)
+    return "v1" if use_v1 else "v0"

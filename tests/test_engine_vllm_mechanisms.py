@@ -1,0 +1,206 @@
+"""vLLM's memory mechanisms beyond the budget formula: CUDA-graph capture sizes, mxfp4 padding, the vision
+encoder's profiling, non-torch memory by GPU class, and the sampler warm-up after the KV cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvplan.engines.vllm import VllmFlags, plan_vllm
+from kvplan.engines.vllm_encoder import encoder_profile
+from kvplan.engines.vllm_graphs import capture_sizes
+from kvplan.engines.vllm_memory import non_torch_class
+from kvplan.engines.vllm_mxfp4 import FLASHINFER_TRTLLM, MARLIN, TRITON, backend_for, expert_bytes_per_rank
+from kvplan.engines.vllm_versions import rules_for
+from kvplan.hardware.gpus import find_gpu
+from kvplan.sources.resolve import resolve_model
+from kvplan.units import GiB
+from tests.conftest import run_cli
+
+H100 = find_gpu("H100")
+
+
+def _model(name: str):
+    return resolve_model(name, offline=True).model
+
+
+GPT_OSS = _model("openai/gpt-oss-20b")
+
+
+# --- CUDA graphs -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("version", "engine", "gpu", "seqs", "tokens", "piecewise", "full", "largest"), [
+    # 0.19 defaults on H100: [1, 2, 4] + every 8 below 256 (31) + every 16 from 256 to 512 (17) = 51, twice.
+    ("0.19", "v1", "H100", 1024, 8192, 51, 51, 1024),
+    # 256 sequences: piecewise still up to min(2 x 256, 512); full decode graphs only up to 256 (35 sizes),
+    # as the 0.19.1 log prints: PIECEWISE=51 (largest=512), FULL=35 (largest=256).
+    ("0.19", "v1", "H100", 256, 8192, 51, 35, 768),
+    # 0.10.0: every 8 up to min(2 x seqs, 512), piecewise only: 3 + 64 = 67; with 128 seqs up to 256: 35.
+    ("0.10.0", "v1", "H100", 256, 8192, 67, 0, 512),
+    ("0.10.0", "v1", "H100", 128, 8192, 35, 0, 256),
+    # V0: decode batches [1, 2, 4, 8, ..., 256] for 256 sequences: 35.
+    ("0.7.3", "v0", "H100", 256, 8192, 35, 0, 256),
+    # 0.28+ on B200: up to 1,024: 3 + 31 + 49 (256 .. 1,024 step 16) = 83.
+    ("0.28", "v1", "B200", 1024, 8192, 83, 83, 2048),
+    # The step caps the sizes: a 256-token step captures [1, 2, 4] + every 8 below 256 + 256 = 35 per mode.
+    ("0.19", "v1", "H100", 1024, 256, 35, 35, 512),
+])
+def test_capture_sizes(version, engine, gpu, seqs, tokens, piecewise, full, largest):
+    modes = capture_sizes(rules_for(version), engine, find_gpu(gpu), max_num_seqs=seqs, max_num_batched_tokens=tokens)
+    assert (len(modes.piecewise), len(modes.full), modes.largest_total) == (piecewise, full, largest)
+
+
+def test_eager_captures_nothing_and_subtracts_nothing():
+    llama = _model("meta-llama/Llama-3.1-8B-Instruct")
+    eager = plan_vllm(llama, VllmFlags(max_model_len=8192, version="0.20.0", enforce_eager=True), H100)
+    graphs = plan_vllm(llama, VllmFlags(max_model_len=8192, version="0.20.0"), H100)
+    assert eager.cudagraph_bytes == 0
+    assert eager.available_kv_cache_bytes - graphs.available_kv_cache_bytes == graphs.cudagraph_bytes
+
+
+def test_graph_memory_grows_with_the_captured_sizes():
+    llama = _model("meta-llama/Llama-3.1-8B-Instruct")
+    many = plan_vllm(llama, VllmFlags(max_model_len=8192, version="0.20.0"), H100)
+    few = plan_vllm(llama, VllmFlags(max_model_len=8192, version="0.20.0", max_num_seqs=64), H100)
+    assert few.graphs.count < many.graphs.count and few.cudagraph_bytes < many.cudagraph_bytes
+
+
+# --- gpt-oss mxfp4 padding --------------------------------------------------------------------------------
+
+def test_mxfp4_backends_by_gpu():
+    assert backend_for(H100) is TRITON and backend_for(find_gpu("H200")) is TRITON
+    assert backend_for(find_gpu("B200")) is FLASHINFER_TRTLLM
+    assert backend_for(find_gpu("A100-80GB")) is MARLIN and backend_for(find_gpu("L4")) is MARLIN
+
+
+def test_mxfp4_expert_bytes():
+    # gpt-oss-20b: 24 layers x 32 experts, H = I = 2,880; per expert on Triton at tp 1 (I stays 2,880):
+    # values: w13 packed [5,760, 1,440] stored as [1,472, 5,760] (1,440 -> 1,472 to 64) = 8,478,720 and w2
+    # [2,880, 1,440] as [1,472, 2,880] = 4,239,360; scales 5,760 x 90 + 2,880 x 90 = 777,600, kept twice;
+    # fp32 biases (5,760 + 2,880) x 4 = 34,560. 768 x 14,307,840 = 10,988,421,120 B.
+    geo = dict(experts=32, layers=24, hidden=2880, intermediate=2880, bias_bytes=2)
+    assert expert_bytes_per_rank(ranks=1, backend=TRITON, **geo) == 10_988_421_120
+    # tp 2: I/2 = 1,440 -> 1,472; see the function's docstring: 768 x 7,363,584 = 5,655,232,512 B.
+    assert expert_bytes_per_rank(ranks=2, backend=TRITON, **geo) == 5_655_232_512
+    # Marlin (Ampere): I -> 2,944 (128), H -> 3,072 (256); values 2 x 2,944 x 3,072 / 2 + 3,072 x 2,944 / 2
+    # = 13,565,952; scales 5,888 x 96 + 3,072 x 92 = 847,872; bf16 biases (5,888 + 3,072) x 2 = 17,920.
+    # 768 x 14,431,744 = 11,083,579,392 B.
+    assert expert_bytes_per_rank(ranks=1, backend=MARLIN, **geo) == 11_083_579_392
+
+
+@pytest.mark.parametrize(("tp", "logged_gib"), [(1, 13.64), (2, 7.01)])
+def test_gpt_oss_weights_as_vllm_loads_them_on_h100(tp, logged_gib):
+    # vLLM 0.19 on H100 logs "Model loading took 13.64 GiB" (tp 1) and 7.01 GiB (tp 2); the checkpoint's
+    # shapes give 12.83 and 6.43 GiB. The Triton padding and layout close the gap to within 1%.
+    r = plan_vllm(GPT_OSS, VllmFlags(max_model_len=8192, version="0.19", tensor_parallel_size=tp), H100)
+    assert abs(r.stages[0].memory.weights_bytes / GiB - logged_gib) / logged_gib < 0.01
+
+
+# --- the vision encoder's profiling -----------------------------------------------------------------------
+
+def test_encoder_profile_qwen25_vl():
+    # One 16,384-token image (65,536 patches) fits the budget max(8,192, 16,384): width 1,280, gated MLP
+    # 3,420: 65,536 x (2 x 1,280 + 3 x 3,420) x 2 B = 1,680,343,040 plus pixels 65,536 x 1,176 x (4 + 2) B =
+    # 462,422,016 -> 2,142,765,056 B; embeddings 16,384 x 3,584 x 2 B = 117,440,512 B stay cached.
+    vl = _model("Qwen/Qwen2.5-VL-7B-Instruct")
+    e = encoder_profile(vl, dtype_bytes=2, max_num_batched_tokens=8192, max_num_seqs=1024, max_model_len=32768)
+    assert (e.items, e.tokens, e.peak_bytes, e.cached_bytes) == (1, 16384, 2_142_765_056, 117_440_512)
+
+
+def test_encoder_profile_gemma3_fills_the_budget_with_images():
+    # 256 tokens per image: 8,192 // 256 = 32 images, 131,072 patches through SigLIP (width 1,152, MLP 4,304):
+    # 131,072 x (2,304 + 8,608) x 2 B + 131,072 x 588 x 6 B = 3,322,937,344 B.
+    gemma = _model("google/gemma-3-4b-it")
+    e = encoder_profile(gemma, dtype_bytes=2, max_num_batched_tokens=8192, max_num_seqs=1024, max_model_len=8192)
+    assert (e.items, e.peak_bytes) == (32, 3_322_937_344)
+    assert encoder_profile(_model("meta-llama/Llama-3.1-8B-Instruct"), dtype_bytes=2, max_num_batched_tokens=8192,
+                           max_num_seqs=1024, max_model_len=8192) is None
+
+
+def test_encoder_takes_kv_memory_on_a_24gb_card():
+    # Qwen2.5-VL-7B on an RTX 4090 (0.19, 2,048-token step): the encoder's 2.0 GiB peak, not the language
+    # model's 0.6 GiB, sets the activation term, so the KV cache loses about 1.4 GiB (~25,000 tokens).
+    vl = _model("Qwen/Qwen2.5-VL-7B-Instruct")
+    r = plan_vllm(vl, VllmFlags(max_model_len=32768, version="0.19"), find_gpu("RTX-4090"))
+    m = r.stages[0].memory
+    assert m.activation_peak_bytes == m.encoder_bytes == 2_142_765_056  # pixels included; the LM's peak is smaller
+    assert r.kv_cache_tokens < 70_000
+
+
+# --- non-torch memory by GPU class and TP -------------------------------------------------------------------
+
+@pytest.mark.parametrize(("gpu", "tp", "pp", "row"), [
+    ("H100-80GB", 1, 1, "single"),
+    ("H100-80GB", 1, 2, "pp"),
+    ("H100-80GB", 2, 1, "nvls_tp2"),
+    ("H200", 8, 1, "nvls_tp4"),
+    ("L4", 2, 1, "other_tp"),
+    ("A100-80GB", 4, 1, "other_tp"),
+    ("H100-NVL", 2, 1, "other_tp"),  # NVLink bridges, no NVSwitch: no NVLink SHARP buffers
+])
+def test_non_torch_by_gpu_class_and_tp(gpu, tp, pp, row):
+    assert non_torch_class(gpu, tp, pp) == row
+
+
+def test_nccl_share_on_pcie_cards_is_smaller():
+    llama = _model("meta-llama/Llama-3.1-8B-Instruct")
+    h100 = plan_vllm(llama, VllmFlags(max_model_len=8192, version="0.19", tensor_parallel_size=2), H100)
+    l40s = plan_vllm(llama, VllmFlags(max_model_len=8192, version="0.19", tensor_parallel_size=2), find_gpu("L40S"))
+    # 2.07 GiB (H100 logs, NVLink SHARP) against 0.30 GiB (A100/24 GB-card issue logs).
+    assert round(h100.stages[0].memory.non_torch_bytes / GiB, 2) == 2.07
+    assert round(l40s.stages[0].memory.non_torch_bytes / GiB, 2) == 0.30
+
+
+# --- the sampler warm-up after the KV cache ------------------------------------------------------------------
+
+def _gpt_oss(util: float, tp: int = 1, version: str = "0.19"):
+    return plan_vllm(GPT_OSS, VllmFlags(max_model_len=8192, gpu_memory_utilization=util, version=version,
+                                         tensor_parallel_size=tp), H100)
+
+
+def test_gpt_oss_sampler_warmup_oom_at_095_and_start_at_09():
+    # The reference logs: tp 1 and tp 2 at 0.95 fail warming up the sampler over 1,024 rows of a 201,088-token
+    # vocabulary (2.9 GiB); tp 2 at 0.9 starts. The KV sizing itself is unchanged (58.47 GiB logged at tp 1).
+    failed = _gpt_oss(0.95)
+    assert failed.refusal is not None and failed.refusal.code == "sampler_warmup_oom"
+    assert failed.refusal.message.startswith("CUDA out of memory occurred when warming up sampler with 1024 dummy")
+    assert abs(failed.available_kv_cache_bytes / GiB - 58.47) < 0.05
+    assert failed.warmup.free_bytes < failed.warmup.need_bytes
+    assert _gpt_oss(0.95, tp=2).refusal.code == "sampler_warmup_oom"
+    assert _gpt_oss(0.9, tp=2).refusal is None
+    assert _gpt_oss(0.9).refusal is None
+
+
+def test_the_second_graph_copy_is_the_018_019_estimate_pass():
+    # 0.17 has no estimate pass before the KV cache: the same run keeps one copy of the graphs and starts.
+    assert _gpt_oss(0.95, version="0.17").refusal is None
+    assert _gpt_oss(0.95).warmup.held_twice_bytes == _gpt_oss(0.95).cudagraph_bytes
+
+
+def test_other_fit_logs_at_095_start():
+    # Llama-4-Scout at tp 4 starts at 0.95 with vLLM's own figures leaving it 1.0 GiB of room.
+    scout = _model("meta-llama/Llama-4-Scout-17B-16E-Instruct")
+    r = plan_vllm(scout, VllmFlags(max_model_len=8192, gpu_memory_utilization=0.95, version="0.19",
+                                   tensor_parallel_size=4), H100)
+    assert r.refusal is None and r.warmup.held_twice_bytes == 0
+
+
+def test_cli_warmup_oom_does_not_fit_with_a_fix(runner):
+    base = ("estimate", "openai/gpt-oss-20b", "--max-model-len", "8192", "--gpu", "H100", "--vllm-version", "0.19",
+            "--offline")
+    args = (*base, "--gpu-memory-utilization", "0.95")
+    result = run_cli(runner, *args, "--json")
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    assert data["fits"] is False and data["reason"]["code"] == "sampler_warmup_oom"
+    fixes = data["gpus"][0]["fixes"]
+    fields = [c["field"] for f in fixes for c in f["changes"]]
+    assert {"engine.gpu_memory_utilization", "engine.max_num_seqs"} & set(fields)
+    same_gpu = [f for f in fixes if f["total_gpus"] == 1 and f["keeps_workload"]]
+    assert same_gpu, fixes
+    human = run_cli(runner, *args)
+    assert human.stdout.startswith("DOES NOT FIT") and "Best fix: --" in human.stdout
+    assert all(len(line) <= 80 for line in human.stdout.splitlines())
+    ok = run_cli(runner, *base, "--gpu-memory-utilization", "0.9")
+    assert ok.exit_code == 0 and ok.stdout.startswith("FITS")

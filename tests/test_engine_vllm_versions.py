@@ -1,0 +1,262 @@
+"""vLLM's rules per release: version strings, one test per rule change, and what each change does to a plan."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kvplan.engines.vllm import VllmFlags, plan_vllm, resolve_flags
+from kvplan.engines.vllm_memory import CONTEXT_BYTES
+from kvplan.engines.vllm_versions import NEWEST, RULES, parse_release, rules_for
+from kvplan.errors import FieldError
+from kvplan.hardware.gpus import custom_gpu, find_gpu
+from kvplan.sources.resolve import resolve_model
+from kvplan.units import GiB
+from tests.conftest import run_cli
+
+H100, L4, A100 = find_gpu("H100"), find_gpu("L4"), find_gpu("A100-80GB")
+
+
+def _model(name: str):
+    return resolve_model(name, offline=True).model
+
+
+LLAMA = _model("meta-llama/Llama-3.1-8B-Instruct")
+
+
+@pytest.mark.parametrize(("text", "release"), [
+    ("0.6.0", (0, 6, 0)),
+    ("0.10.1.1", (0, 10, 1)),
+    ("0.6.3.post1", (0, 6, 3)),
+    ("0.16.1rc1.dev206+g097eb544e", (0, 16, 1)),
+    ("0.13.0+faa43dbf.nv26.01", (0, 13, 0)),
+    ("v0.19.0", (0, 19, 0)),
+    ("0.19", (0, 19, 0)),
+    ("0.33.0", (0, 33, 0)),
+    ("current", NEWEST),
+])
+def test_release_strings(text, release):
+    assert parse_release(text) == release
+
+
+@pytest.mark.parametrize("text", ["0.5.4", "0.34", "1.0.0", "banana", "0.19.x", ""])
+def test_unknown_or_malformed_release_names_the_field_and_what_is_accepted(text):
+    with pytest.raises(FieldError) as err:
+        rules_for(text)
+    assert err.value.field == "engine.version"
+    assert "0.6.0 to 0.33" in err.value.problem and "current" in err.value.problem
+
+
+def test_a_release_takes_the_last_change_at_or_before_it():
+    assert rules_for("0.16.1rc1.dev206+g097eb544e").since == (0, 14, 0)
+    assert rules_for("0.10.1.1").since == (0, 10, 1)
+    assert rules_for("0.21.0").since == (0, 20, 1)  # no wheel was read; 0.20.1's rules hold until 0.27
+    assert rules_for("current") == RULES[-1]
+
+
+# (release before, release after, field, value before, value after): every rule change of engine-rules.md.
+CHANGES = [
+    ("0.6.2", "0.6.3", "concurrency_line", False, True),
+    ("0.6.3", "0.6.4", "v0_budget", "free_drop", "absolute"),
+    ("0.6.3", "0.6.4", "v1_available", False, True),
+    ("0.6.4", "0.6.5", "v0_budget", "absolute", "snapshot"),
+    ("0.6.4", "0.6.5", "v0_chunked_tokens", 512, 2048),
+    ("0.6.6", "0.7.0", "v1_batch_rule", "fixed", "name"),
+    ("0.7.0", "0.7.1", "mla_latent", False, True),
+    ("0.7.3", "0.8.0", "default_engine", "v0", "v1"),
+    ("0.7.3", "0.8.0", "sampler_warmup", False, True),
+    ("0.7.3", "0.8.0", "v1_sampler", "logits", "flashinfer"),
+    ("0.7.3", "0.8.0", "block_sizes", (8, 16, 32, 64, 128), (1, 8, 16, 32, 64, 128)),
+    ("0.8.4", "0.8.5", "v1_batch_rule", "name", "memory"),
+    ("0.8.5", "0.9.0", "v1_batch_rule", "memory", "memory_not_a100"),
+    ("0.9.0", "0.9.1", "v1_budget", "absolute", "snapshot"),
+    ("0.9.0", "0.9.1", "hybrid_groups", False, True),
+    ("0.9.0", "0.9.1", "v1_tokens_rule", "blocks", "blocks_per_group"),
+    ("0.9.0", "0.9.1", "v1_concurrency_rule", "tokens", "blocks"),
+    ("0.9.2", "0.10.0", "capture_rule", "v1_512", "v1_2seqs"),
+    ("0.9.2", "0.10.0", "kv_cache_dtypes", ("auto", "fp8", "fp8_e5m2", "fp8_e4m3"),
+     ("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc")),
+    ("0.10.0", "0.10.1", "mxfp4", False, True),
+    ("0.10.1", "0.10.2", "capture_rule", "v1_2seqs", "v1_2seqs_16"),
+    ("0.10.1", "0.10.2", "kv_cache_memory_option", False, True),
+    ("0.10.2", "0.11.0", "v0_available", True, False),
+    ("0.10.2", "0.11.0", "full_graphs", False, True),
+    ("0.11.0", "0.11.1", "batch_caps", False, True),
+    ("0.11.2", "0.12.0", "v1_sampler", "flashinfer", "sort"),
+    ("0.11.2", "0.12.0", "block_sizes", (1, 8, 16, 32, 64, 128), (1, 8, 16, 32, 64, 128, 256)),
+    ("0.11.2", "0.12.0", "kv_cache_dtypes", ("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"),
+     ("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla")),
+    ("0.13.0", "0.14.0", "requested_ceil", False, True),
+    ("0.16.0", "0.17.0", "v1_sampler", "sort", "triton"),
+    ("0.17.1", "0.18.0", "cudagraphs_profiled", False, True),
+    ("0.17.1", "0.18.0", "block_sizes", (1, 8, 16, 32, 64, 128, 256), None),
+    ("0.18.1", "0.19.0", "kv_cache_dtypes",
+     ("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"),
+     ("auto", "float16", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla")),
+    ("0.19.1", "0.20.0", "default_utilization", 0.90, 0.92),
+    ("0.19.1", "0.20.0", "cudagraphs_subtracted", False, True),
+    ("0.20.0", "0.20.1", "v1_tokens_rule", "blocks_per_group", "concurrency"),
+    ("0.26.0", "0.27.0", "v1_budget", "snapshot", "consumed"),
+    ("0.27.1", "0.28.0", "blackwell_1024", False, True),
+    ("0.27.1", "0.28.0", "combined_kv_line", False, True),
+]
+
+
+@pytest.mark.parametrize(("before", "after", "name", "old", "new"), CHANGES)
+def test_rule_change(before, after, name, old, new):
+    assert getattr(rules_for(before), name) == old
+    assert getattr(rules_for(after), name) == new
+
+
+def test_every_change_in_the_table_is_tested():
+    tested = {(parse_release(after), name) for _, after, name, _, _ in CHANGES}
+    for prev, cur in zip(RULES, RULES[1:], strict=False):
+        changed = {f.name for f in dataclasses.fields(cur) if f.name not in ("since", "label")
+                   and getattr(cur, f.name) != getattr(prev, f.name)}
+        assert changed, f"{cur.release} changes nothing"
+        assert {(cur.since, n) for n in changed} <= tested, f"{cur.release}: {changed}"
+
+
+# --- what the changes do to a plan ------------------------------------------------------------------------
+
+def test_ceil_of_requested_memory_from_0_14():
+    # A 1,000,000,001-byte card at utilization 0.5: 500,000,000.5 B requested; 0.13 keeps the float (int() in
+    # the budget), 0.14 rounds up (request_memory's math.ceil).
+    gpu = custom_gpu(1_000_000_001)
+    opt = _model("facebook/opt-125m")
+    flags = dict(max_model_len=512, gpu_memory_utilization=0.5)
+    assert plan_vllm(opt, VllmFlags(version="0.13.0", **flags), gpu).requested_bytes == 500_000_000
+    assert plan_vllm(opt, VllmFlags(version="0.14.0", **flags), gpu).requested_bytes == 500_000_001
+
+
+def test_cuda_context_charged_until_0_9_0():
+    # V1 up to 0.9.0 subtracts torch's absolute peak and all non-torch memory, so the CUDA context (0.51 GiB
+    # on H100: the worker's init snapshot, cuda_memory=0.51GiB) comes off the budget; 0.9.1 measures from the
+    # snapshot. Same step, sampler and utilization: the budgets differ by exactly round(0.51 x 2^30) B.
+    old = plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version="0.9.0", gpu_memory_utilization=0.9), H100)
+    new = plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version="0.9.1", gpu_memory_utilization=0.9), H100)
+    assert CONTEXT_BYTES == 547_608_330
+    assert new.available_kv_cache_bytes - old.available_kv_cache_bytes == CONTEXT_BYTES
+
+
+def test_cuda_graphs_subtracted_from_0_20():
+    # Same utilization (0.9, given), same requested memory: 0.20 takes the graph estimate off the budget.
+    # Llama-3.1-8B, 51 piecewise + 51 full graphs up to 512 tokens, 32 layers, bf16:
+    # 102 x (4,900,558 + 32 x 85,040) + int(0.0995 x 1,024 x 32 x (4,096 + 14,336) x 2) = 777,427,476
+    # + 120,191,975 = 897,619,451 B (0.84 GiB; the 0.19 log says 0.91 GiB).
+    flags = dict(max_model_len=8192, gpu_memory_utilization=0.9)
+    old = plan_vllm(LLAMA, VllmFlags(version="0.19", **flags), H100)
+    new = plan_vllm(LLAMA, VllmFlags(version="0.20.0", **flags), H100)
+    assert new.cudagraph_bytes == old.cudagraph_bytes == 897_619_451
+    assert old.available_kv_cache_bytes - new.available_kv_cache_bytes == 897_619_451
+
+
+def test_default_utilization_per_release():
+    assert resolve_flags(LLAMA, VllmFlags(version="0.19.1"), H100).gpu_memory_utilization == 0.90
+    assert resolve_flags(LLAMA, VllmFlags(version="0.20.0"), H100).gpu_memory_utilization == 0.92
+
+
+def test_kv_tokens_formula_per_release():
+    # Gemma-3-4B at 8,192 tokens: 7 KV-cache groups (1 full, 6 sliding), 3,590 blocks per request. 0.19
+    # reports num_blocks // 7 x 16; 0.20.1+ int(concurrency x 8,192) with concurrency = num_blocks / 3,590.
+    gemma = _model("google/gemma-3-4b-it")
+    flags = dict(max_model_len=8192, kv_cache_memory_bytes=8 * GiB)
+    old = plan_vllm(gemma, VllmFlags(version="0.19", **flags), H100)
+    new = plan_vllm(gemma, VllmFlags(version="0.20.1", **flags), H100)
+    assert old.num_blocks == new.num_blocks
+    assert old.kv_cache_tokens == old.num_blocks // 7 * 16
+    assert new.kv_cache_tokens == int(new.num_blocks / 3590 * 8192)
+    assert new.kv_cache_tokens != old.kv_cache_tokens
+
+
+def test_v0_blocks_have_no_null_block_and_cache_whole_windows():
+    # V0 (default up to 0.7.3): every layer caches every token (a sliding window only masks), blocks are
+    # tokens x all layers, no null block; concurrency = blocks x 16 / max_model_len.
+    gemma2 = _model("google/gemma-2-9b-it")
+    r = plan_vllm(gemma2, VllmFlags(max_model_len=8192, version="0.7.3"), H100)
+    layout = r.stages[0].layout
+    assert r.flags.engine == "v0" and [g.kind for g in layout.groups] == ["full_attention"]
+    assert layout.group_size == gemma2.num_layers
+    assert r.usable_blocks == r.num_blocks
+    assert r.kv_cache_tokens == r.num_blocks * 16
+    assert r.max_concurrency == r.num_blocks * 16 / 8192
+    assert r.warmup is None  # V0 has no sampler warm-up after the KV cache
+    assert any(line.startswith("# cuda blocks: ") for line in r.log_lines)
+
+
+def test_v0_one_request_refusal_in_tokens():
+    r = plan_vllm(LLAMA, VllmFlags(max_model_len=131072, version="0.7.3", gpu_memory_utilization=0.5), L4)
+    assert r.refusal is not None and r.refusal.code in ("one_request", "no_kv_memory")
+    if r.refusal.code == "one_request":
+        assert f"stored in KV cache ({r.num_blocks * 16})" in r.refusal.message
+
+
+@pytest.mark.parametrize(("version", "gpu", "max_model_len", "seqs_given", "expected"), [
+    ("0.8.4", "L4", 8192, None, (2048, 1024)),  # name rule: only h100/h200 get 8,192; seqs 1,024 everywhere
+    ("0.8.4", "H100", 8192, None, (8192, 1024)),
+    ("0.8.5", "L4", 8192, None, (2048, 256)),  # memory rule
+    ("0.8.5", "A100-80GB", 8192, None, (8192, 1024)),  # 79 GiB >= 70 GiB
+    ("0.9.0", "A100-80GB", 8192, None, (2048, 256)),  # ... but not an A100 from 0.9.0
+    ("0.19", "H100", 8192, None, (8192, 1024)),
+    ("0.6.4", "H100", 8192, None, (8192, 256)),  # V0: chunked prefill off below 32K: max(len, 2,048)
+    ("0.6.4", "H100", 131072, None, (512, 256)),  # V0 chunked on: 512 up to 0.6.4
+    ("0.6.5", "H100", 131072, None, (2048, 256)),  # ... 2,048 from 0.6.5
+    ("0.11.0", "H100", 4096, 1, (8192, 1)),
+    ("0.11.1", "H100", 4096, 1, (4096, 1)),  # defaulted step capped at 1 sequence x 4,096 tokens
+])
+def test_batch_defaults(version, gpu, max_model_len, seqs_given, expected):
+    f = resolve_flags(LLAMA, VllmFlags(max_model_len=max_model_len, version=version, max_num_seqs=seqs_given),
+                      find_gpu(gpu))
+    assert (f.max_num_batched_tokens, f.max_num_seqs) == expected
+
+
+def test_llm_class_batch_defaults():
+    f = resolve_flags(LLAMA, VllmFlags(max_model_len=8192, version="0.19", usage="llm"), H100)
+    assert (f.max_num_batched_tokens, f.max_num_seqs) == (16384, 1024)
+
+
+def test_engine_choice_per_release():
+    assert resolve_flags(LLAMA, VllmFlags(max_model_len=8192, version="0.8.5", use_v1=False), H100).engine == "v0"
+    with pytest.raises(FieldError, match="no V0 engine"):
+        resolve_flags(LLAMA, VllmFlags(max_model_len=8192, version="0.11.0", use_v1=False), H100)
+    with pytest.raises(FieldError, match="no V1 engine"):
+        resolve_flags(LLAMA, VllmFlags(max_model_len=8192, version="0.6.3", use_v1=True), H100)
+
+
+def test_kv_cache_memory_option_only_from_0_10_2():
+    with pytest.raises(FieldError, match="0.10.2"):
+        plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version="0.10.1", kv_cache_memory_bytes=GiB), H100)
+
+
+def test_mxfp4_needs_0_10_1():
+    with pytest.raises(FieldError, match="mxfp4"):
+        plan_vllm(_model("openai/gpt-oss-20b"), VllmFlags(max_model_len=8192, version="0.9.2"), H100)
+
+
+def test_log_wording_per_release():
+    def lines(version):
+        return plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version=version), H100).log_lines
+
+    assert any(line.startswith("# GPU blocks: ") for line in lines("0.6.2"))
+    assert not any("Maximum concurrency" in line for line in lines("0.6.2"))
+    assert any(line.startswith("Memory profiling results: total_gpu_memory=") for line in lines("0.6.4"))
+    assert any(line.startswith("model weights take ") for line in lines("0.7.3"))
+    assert "Estimated CUDA graph memory" in " ".join(lines("0.19"))
+    assert any(line.startswith("GPU KV cache size: ") and ", Maximum concurrency" in line for line in lines("0.28"))
+
+
+def test_cli_version_errors(runner):
+    result = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--vllm-version",
+                     "0.5", "--offline")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("Error: --vllm-version 0.5: is outside the releases kvplan models")
+    assert "0.6.0 to 0.33" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_cli_takes_any_release(runner):
+    for version in ("0.6.4", "0.10.1", "0.11.0", "0.19", "0.20", "0.33", "current"):
+        result = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "8192",
+                         "--gpu", "H100", "--vllm-version", version, "--offline")
+        assert result.exit_code == 0, (version, result.output)
+        assert f"vLLM {version}" in result.stdout
