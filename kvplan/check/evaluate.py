@@ -211,7 +211,7 @@ def evaluate(
         )
     try:
         gpu = find_gpu(req.gpu or "")
-        model = resolve_model(req.model or "", offline=offline, prefer_library=True).model
+        model = resolve_model(req.model or "", offline=offline, prefer_library=True, explicit_paths_only=True).model
         cap = ENGINES[req.engine](model, req, gpu, vllm_version)
     except KvplanError as exc:
         return CheckResult(req, CANNOT_EVALUATE, reason=exc.message)

@@ -15,14 +15,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from kvplan.check.model import CANNOT_EVALUATE, DOES_NOT_FIT, FITS, CheckResult
+from kvplan.cli.escape import ci_text, gh_data, gh_property, json_text, xml_text
+from kvplan.cli.escape import markup as escape
 from kvplan.errors import EXIT_CANNOT_EVALUATE, EXIT_DOES_NOT_FIT, EXIT_OK
 from kvplan.units import fmt_gib
-
-_XML_ILLEGAL = {c: None for c in range(0x20) if c not in (0x09, 0x0A, 0x0D)}
 
 
 def required_margin(result: CheckResult, min_margin: float | None) -> float | None:
@@ -120,15 +119,7 @@ def render_json(results: Sequence[CheckResult], *, min_margin: float | None = No
         "summary": summary,
         "exit_code": exit_code(results, min_margin),
     }
-    return json.dumps(payload, indent=2)
-
-
-def _gh_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _gh_property(text: str) -> str:
-    return _gh_data(text).replace(":", "%3A").replace(",", "%2C")
+    return json_text(json.dumps(payload, indent=2))
 
 
 def render_github(results: Sequence[CheckResult], *, min_margin: float | None = None) -> str:
@@ -143,14 +134,10 @@ def render_github(results: Sequence[CheckResult], *, min_margin: float | None = 
         else:
             level, title = "notice", f"kvplan: {req.name} fits"
         lines.append(
-            f"::{level} file={_gh_property(req.location.file)},line={req.location.line},"
-            f"title={_gh_property(title)}::{_gh_data(_headline(result, min_margin))}"
+            f"::{level} file={gh_property(req.location.file)},line={req.location.line},"
+            f"title={gh_property(title)}::{gh_data(_headline(result, min_margin))}"
         )
     return "\n".join(lines) + ("\n" if lines else "")
-
-
-def _xml_text(text: str) -> str:
-    return text.translate(_XML_ILLEGAL)
 
 
 def render_junit(results: Sequence[CheckResult], *, min_margin: float | None = None) -> str:
@@ -162,21 +149,22 @@ def render_junit(results: Sequence[CheckResult], *, min_margin: float | None = N
                           errors=str(errors), skipped="0")
     for result in results:
         req = result.request
-        case = ET.SubElement(suite, "testcase", classname=_xml_text(req.location.file),
-                             name=_xml_text(f"{req.name} ({req.location})"), file=_xml_text(req.location.file),
+        case = ET.SubElement(suite, "testcase", classname=xml_text(req.location.file),
+                             name=xml_text(f"{req.name} ({req.location})"), file=xml_text(req.location.file),
                              line=str(req.location.line))
-        headline = _xml_text(_headline(result, min_margin))
+        headline = xml_text(_headline(result, min_margin))
         details = [f"{u.field}: {u.reason}. How to fix: {u.how_to_fix}" for u in req.unresolved]
         details += [f"note: {n}" for n in req.notes] + list(result.engine_lines)
+        body = "\n".join([headline, *map(xml_text, details)])  # one escaped line per entry
         if result.verdict == DOES_NOT_FIT or misses_margin(result, min_margin):
             node = ET.SubElement(case, "failure", message=headline, type=DOES_NOT_FIT)
-            node.text = _xml_text("\n".join([headline, *details]))
+            node.text = body
         elif result.verdict == CANNOT_EVALUATE:
             node = ET.SubElement(case, "error", message=headline, type=CANNOT_EVALUATE)
-            node.text = _xml_text("\n".join([headline, *details]))
+            node.text = body
         else:
             out = ET.SubElement(case, "system-out")
-            out.text = _xml_text("\n".join([headline, *details]))
+            out.text = body
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
@@ -224,7 +212,7 @@ def render_human(results: Sequence[CheckResult], console: Console, *, min_margin
         req = result.request
         console.print(f"[bold]{escape(str(req.location))}[/bold] {escape(_headline(result, min_margin))}", highlight=False)
         for unresolved in req.unresolved:
-            console.print(f"  - {unresolved.field}: {unresolved.reason}. How to fix: {unresolved.how_to_fix}",
+            console.print(ci_text(f"  - {unresolved.field}: {unresolved.reason}. How to fix: {unresolved.how_to_fix}"),
                           markup=False, highlight=False)
         for note in req.notes:
-            console.print(f"  note: {note}", markup=False, highlight=False)
+            console.print(ci_text(f"  note: {note}"), markup=False, highlight=False)

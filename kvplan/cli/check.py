@@ -21,6 +21,9 @@ def check(
     ] = None,
     offline: Annotated[bool, typer.Option("--offline", help="Never touch the network: bundled library only.")] = False,
     vllm_version: Annotated[str, typer.Option("--vllm-version", help="vLLM behaviour: current or 0.19.")] = "current",
+    follow_symlinks: Annotated[
+        bool, typer.Option("--follow-symlinks", help="Read symlinks that lead outside the checked directories.")
+    ] = False,
 ) -> None:
     """Fail the CI job when a deployment will not fit its GPUs.
 
@@ -29,6 +32,7 @@ def check(
     """
     from kvplan.check.evaluate import evaluate
     from kvplan.check.files import load_requests
+    from kvplan.check.isolate import evaluate_each
     from kvplan.check.report import exit_code, render_github, render_human, render_json, render_junit
     from kvplan.errors import InputError
 
@@ -36,11 +40,10 @@ def check(
         raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
     if min_margin is not None and not 0 <= min_margin < 1:
         raise InputError(f"--min-margin must be a fraction in [0, 1), got {min_margin}")
-    requests, failures = load_requests(paths, default_gpu=gpu)
-    results = failures + [
-        evaluate(r, offline=offline, min_margin=min_margin, vllm_version=vllm_version)
-        for r in requests
-    ]
+    requests, failures = load_requests(paths, default_gpu=gpu, follow_symlinks=follow_symlinks)
+    results = failures + evaluate_each(
+        requests, lambda r: evaluate(r, offline=offline, min_margin=min_margin, vllm_version=vllm_version)
+    )
     if output_format == "human":
         render_human(results, stdout_console(), min_margin=min_margin)
     else:

@@ -16,17 +16,33 @@ from typing import Any
 
 from rich.console import Console
 
+from kvplan.cli.escape import ci_text, json_text
 from kvplan.errors import EXIT_CANNOT_EVALUATE, KvplanError
 
 DEBUG_ENV = "KVPLAN_DEBUG"
 
 
 def stdout_console() -> Console:
-    return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=_width())
+    # emoji=False: a value such as ":warning:" in a model name prints as typed (markup is escaped per value).
+    return Console(file=_tolerant(sys.stdout), highlight=False, emoji=False, soft_wrap=False, width=_width())
 
 
 def stderr_console() -> Console:
-    return Console(file=sys.stderr, highlight=False, soft_wrap=True, width=_width())
+    return Console(file=_tolerant(sys.stderr), highlight=False, emoji=False, soft_wrap=True, width=_width())
+
+
+def _tolerant(stream: Any) -> Any:
+    """The stream, set to write what its encoding cannot (an ASCII locale, a strict UTF-8 pipe) as \\u escapes.
+
+    Values are escaped before they are printed (kvplan.cli.escape); this is the last line of defence, so that a
+    character no escape foresaw costs a backslash, never the whole output.
+    """
+    if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (ValueError, OSError):  # a closed or detached stream: leave it as it is
+            pass
+    return stream
 
 
 def _width() -> int | None:
@@ -41,17 +57,17 @@ class Output:
     def result(self, data: dict[str, Any], render: Callable[[Console], None]) -> None:
         """Print a command's result: the JSON document, or the human rendering of the same data."""
         if self.json_mode:
-            sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+            _tolerant(sys.stdout).write(json_text(json.dumps(data, indent=2, sort_keys=False)) + "\n")
         else:
             render(stdout_console())
 
     @staticmethod
     def notice(message: str) -> None:
-        stderr_console().print(f"Note: {message}", markup=False)
+        stderr_console().print(f"Note: {ci_text(message)}", markup=False)
 
     @staticmethod
     def warn(message: str) -> None:
-        stderr_console().print(f"Warning: {message}", markup=False)
+        stderr_console().print(f"Warning: {ci_text(message)}", markup=False)
 
 
 def report_error(exc: BaseException) -> int:
@@ -66,5 +82,5 @@ def report_error(exc: BaseException) -> int:
         code = EXIT_CANNOT_EVALUATE
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
-    sys.stderr.write(f"Error: {message}\n")
+    _tolerant(sys.stderr).write(f"Error: {ci_text(message)}\n")
     return code

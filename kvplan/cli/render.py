@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvplan.capacity.plan import GpuFit, Plan, requests_phrase
+from kvplan.cli.escape import ci_text, markup
 from kvplan.hardware.gpus import GpuSpec
 from kvplan.units import GiB, fmt_bytes
 
@@ -210,10 +211,12 @@ def plan_to_dict(p: Plan, *, gpu_named: bool) -> dict[str, Any]:
 
 
 def render_plan(p: Plan, console: Console, *, gpu_named: bool) -> None:
-    m, r, kv, w = p.model, p.request, p.kv, p.weights
+    m, r, kv = p.model, p.request, p.kv
+    # Names, directories and model_type come from the config: escaped once here, where they enter the output.
+    name, family, source = markup(m.name), markup(m.family), markup(m.source)
     kinds = ", ".join(f"{n} {k}" for k, n in m.layer_kinds().items())
-    console.print(f"[bold]{m.name}[/bold]  ({m.family}, {m.num_layers} layers: {kinds}; {m.num_params / 1e9:,.2f}B params)")
-    console.print(f"  source: {m.source}")
+    console.print(f"[bold]{name}[/bold]  ({family}, {m.num_layers} layers: {kinds}; {m.num_params / 1e9:,.2f}B params)")
+    console.print(f"  source: {source}")
     shard = "" if r.tp == 1 and r.pp == 1 else f", tp={r.tp} pp={r.pp}"
     console.print(
         f"  request: {r.seq_tokens:,} tokens x {requests_phrase(r.batch)}, KV {p.kv_dtype.name}, weights {p.dtype}, "
@@ -257,7 +260,7 @@ def render_plan(p: Plan, console: Console, *, gpu_named: bool) -> None:
     if p.kv_dtype.scale_bytes or p.kv_dtype.bits == 8:
         console.print(f"KV dtype {p.kv_dtype.name}: {p.kv_dtype.scales_note}.")
     for note in p.notes:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]note: {markup(note)}[/dim]")
 
 
 def _weights_row(p: Plan) -> tuple[str, str]:
@@ -278,10 +281,10 @@ def _weights_row(p: Plan) -> tuple[str, str]:
     elif isinstance(d, SglangReport):
         per_gpu, loads = d.weights_bytes, f"SGLang loads {_gib(d.weights_bytes)} {where}: parameters + rotary cache"
     else:
-        return _gib(w.total_bytes), f"{w.source}; {_gib(w.per_gpu_bytes)} per GPU"
+        return _gib(w.total_bytes), f"{markup(w.source)}; {_gib(w.per_gpu_bytes)} per GPU"
     split = "; split over ranks as kvplan's parameter groups split (approximate)"
     measured_split = split if r.weights_bytes is not None and sharded else ""
-    return _gib(per_gpu), f"{loads}; checkpoint {_gib(w.total_bytes)} from {w.source}{measured_split}"
+    return _gib(per_gpu), f"{loads}; checkpoint {_gib(w.total_bytes)} from {markup(w.source)}{measured_split}"
 
 
 def _render_engine(f: GpuFit, console: Console) -> None:
@@ -293,7 +296,7 @@ def _render_engine(f: GpuFit, console: Console) -> None:
     if isinstance(d, VllmReport):
         console.print(f"vLLM ({d.flags.version}) would log on {f.gpu.key}:")
         for line in d.log_lines:
-            console.print(f"  {line}", markup=False)
+            console.print(f"  {ci_text(line)}", markup=False)
         if d.startup_error is None:
             console.print(
                 f"  ({d.num_blocks:,} blocks of {d.stages[d.limiting_stage].layout.block_size} tokens incl. the null "
