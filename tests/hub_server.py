@@ -66,12 +66,13 @@ class Fault:
     one byte every `interval_s`. truncate: announce the body, send half, close. no_hub_headers: a 200 HTML
     page with no X-Repo-Commit/ETag. redirect_loop: 302 back to the same URL. huge: announce (or not, with
     `announce_length=False`) `huge_bytes` and stream zeros until the client stops reading. ignore_range: the
-    whole file with 200 whatever Range asks.
+    whole file with 200 whatever Range asks. `times`: only the first so many matching requests misbehave.
     """
 
     mode: str
     methods: tuple[str, ...] = ("HEAD", "GET")
     files: tuple[str, ...] | None = None
+    times: int | None = None
     status: int = 500
     interval_s: float = 1.0
     huge_bytes: int = 1 << 30
@@ -92,7 +93,9 @@ class FakeHub:
     repos: dict[str, FakeRepo] = field(default_factory=dict)
     requests: list[tuple[str, str]] = field(default_factory=list)  # (method, path) in arrival order
     fault: Fault | None = None
+    faults_served: int = 0
     body_bytes_sent: int = 0  # bytes of file bodies written, faults included (what a client was made to read)
+    user_agents: list[str] = field(default_factory=list)  # the User-Agent of each request, in arrival order
     stopping: threading.Event = field(default_factory=threading.Event)
 
     def add_repo(
@@ -144,11 +147,11 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
         def _serve(self, *, send_body: bool) -> None:
             path = urlsplit(self.path).path
             hub.requests.append((self.command, path))
+            hub.user_agents.append(self.headers.get("User-Agent", ""))
             match = _RESOLVE_RE.match(path)
-            fault = hub.fault
-            if fault is not None and fault.applies(self.command, unquote(match["filename"]) if match else None):
-                if self._misbehave(fault, send_body):
-                    return
+            fault = self._fault()
+            if fault is not None and self._misbehave(fault, send_body):
+                return
             if match is None:  # /api/... (huggingface_hub asks /api/agent-harnesses once per process)
                 return self._error(404, None, "Not Found", send_body)
             repo_id, revision, filename = match["repo"], unquote(match["revision"]), unquote(match["filename"])
@@ -223,9 +226,20 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client stopped reading: what a bounded client does
 
+        def _fault(self) -> Fault | None:
+            """The fault this request meets (counted once per request, in _serve)."""
+            fault = hub.fault
+            if fault is None or not fault.applies(self.command, self._filename()):
+                return None
+            if fault.times is not None and hub.faults_served >= fault.times:
+                return None
+            hub.faults_served += 1
+            self._met = fault
+            return fault
+
         def _file(self, body: bytes, commit: str, send_body: bool) -> None:
             status, payload, extra = 200, body, {}
-            fault = hub.fault if hub.fault is not None and hub.fault.applies(self.command, self._filename()) else None
+            fault = getattr(self, "_met", None)
             wanted = _RANGE_RE.match(self.headers.get("Range", ""))
             if fault is not None and fault.mode == "ignore_range":
                 wanted = None

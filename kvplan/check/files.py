@@ -21,8 +21,9 @@ MAX_FILES = 10_000
 def yaml_files(top: str, not_read: list[CheckResult], *, follow_symlinks: bool = False) -> Iterator[str]:
     """The *.yaml / *.yml files under directory `top`, sorted; what is skipped is appended to `not_read`.
 
-    Hidden directories are skipped. Without follow_symlinks, symlinked directories are not entered and a
-    symlinked file is read only when its target lies inside `top` (a `deploy.yaml -> /etc/shadow` is not).
+    Hidden directories are skipped. Without follow_symlinks no symlinked directory is entered (one leading out of
+    `top` is reported), and a symlinked file is read only when its target lies inside `top` (a
+    `deploy.yaml -> /etc/shadow` is not).
     """
     unlistable: list[OSError] = []
     inside = os.path.realpath(top)
@@ -40,10 +41,12 @@ def yaml_files(top: str, not_read: list[CheckResult], *, follow_symlinks: bool =
         entered.add((info.st_dev, info.st_ino))
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in dirs if not follow_symlinks else ():
-            if os.path.islink(os.path.join(root, name)):
-                link = os.path.join(root, name)
-                not_read.append(_failure(link, f"{link}: a symlinked directory, not followed",
-                                         "pass --follow-symlinks to read it, or name the directory"))
+            link = os.path.join(root, name)
+            target = os.path.realpath(link)
+            # One inside the tree is walked under its own name; one leading out is not read, and says so.
+            if os.path.islink(link) and os.path.commonpath([inside, target]) != inside:
+                not_read.append(_failure(link, f"{link}: a symlink to the directory {target}, outside {top}; "
+                                         "not followed", "pass --follow-symlinks to read it, or name the directory"))
         for name in sorted(n for n in names if n.endswith(YAML_SUFFIXES)):
             path = os.path.join(root, name)
             count += 1
