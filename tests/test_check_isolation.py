@@ -282,4 +282,6 @@ def test_load_requests_isolates_an_unexpected_reader_failure(tmp_path, monkeypat
     (tmp_path / "b.yaml").write_text(GOOD)
     requests, (failure,) = load_requests([str(tmp_path)])
     assert len(requests) == 1
-    assert failure.reason == f"{tmp_path / 'a.yaml'}: cannot read this file (RecursionError: maximum recursion depth exceeded)"
+    assert failure.reason == (
+        f"{tmp_path / 'a.yaml'}: cannot read this file (RecursionError: maximum recursion depth exceeded)"
+    )

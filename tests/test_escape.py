@@ -52,7 +52,8 @@ def test_lone_surrogates_and_undecodable_file_name_bytes() -> None:
 def test_markup_prints_as_typed_inside_kvplan_markup(value: str) -> None:
     # As render.py uses it: between kvplan's own tags. "[/x]" no longer crashes, "[link=...]" is not a link.
     out = io.StringIO()
-    Console(file=out, emoji=False, highlight=False, color_system=None, width=10_000).print(f"[bold]{markup(value)}[/bold]|")
+    console = Console(file=out, emoji=False, highlight=False, color_system=None, width=10_000)
+    console.print(f"[bold]{markup(value)}[/bold]|")
     assert out.getvalue() == ci_text(value) + "|\n"
 
 

@@ -56,15 +56,13 @@ def test_json_output_carries_no_ci_command_and_the_same_data(runner, tmp_path: P
     assert json.loads(result.stdout)["model"]["name"] == "##vso[task.setvariable variable=x]1"
 
 
-@pytest.mark.parametrize(
-    ("path", "problem"),
-    [("/dev/zero", "is a character device, not a regular file"), ("/dev/null", "is a character device, not a regular file")],
-)
-def test_devices_are_refused_at_once(runner, path: str, problem: str) -> None:
+@pytest.mark.parametrize("path", ["/dev/zero", "/dev/null"])
+def test_devices_are_refused_at_once(runner, path: str) -> None:
     # /dev/zero used to be read until MemoryError.
     with deadline(5):
         result = run_cli(runner, "estimate", path, *FLAGS)
-    assert result.exit_code == 2 and result.stderr == f"Error: cannot read {path}: {problem}\n"
+    assert result.exit_code == 2
+    assert result.stderr == f"Error: cannot read {path}: is a character device, not a regular file\n"
 
 
 def test_a_fifo_is_refused_without_blocking(runner, tmp_path: Path) -> None:
@@ -95,7 +93,8 @@ def test_a_one_gigabyte_config_is_refused_before_it_is_read(tmp_path: Path) -> N
     [
         (b"\xff\xfe{}", "is not UTF-8 text (byte 0 is 0xff)"),
         (b"[" * 100_000, "nests its JSON deeper than kvplan reads (a corrupt or hostile file)"),
-        (b'{"hidden_size": ' + b"9" * 5000 + b"}", "holds a number of more than 4,300 digits (a corrupt or hostile file)"),
+        (b'{"hidden_size": ' + b"9" * 5000 + b"}",
+         "holds a number of more than 4,300 digits (a corrupt or hostile file)"),
         (b'["not", "an", "object"]', "must hold a JSON object, not a list"),
     ],
 )
@@ -111,7 +110,8 @@ def test_an_over_long_name_is_one_clear_error(runner) -> None:
     result = run_cli(runner, "estimate", name, *FLAGS)
     assert result.exit_code == 2
     assert result.stderr == (
-        f"Error: '{'a' * 60}...' (300 characters) is too long for a local path and is no library name or Hub repo id\n"
+        f"Error: '{'a' * 60}...' (300 characters) is too long for a local path and is no library name or Hub "
+        "repo id\n"
     )
 
 
@@ -121,7 +121,8 @@ def test_a_namesake_under_another_org_is_named_not_used(runner) -> None:
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.startswith("Error: anyorg/Llama-3.1-8B-Instruct (revision main) is not in the local cache")
     assert result.stderr.endswith(
-        "; the bundled library holds meta-llama/Llama-3.1-8B-Instruct under that name: pass it if it is the same model\n"
+        "; the bundled library holds meta-llama/Llama-3.1-8B-Instruct under that name: pass it if it is the same "
+        "model\n"
     )
 
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvplan.errors import InputError
-from kvplan.units import GiB, MAX_COUNT, MAX_SIZE_BYTES, TiB, parse_count, parse_size
+from kvplan.units import MAX_COUNT, MAX_SIZE_BYTES, GiB, TiB, parse_count, parse_size
 from tests.conftest import run_cli
 
 
@@ -98,4 +98,6 @@ def test_parse_size_and_count_never_raise_anything_else(text: str) -> None:
 def test_a_400_digit_gpu_mem_is_one_error_line(runner) -> None:
     result = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "1024", "--gpu-mem", "9" * 400)
     assert result.exit_code == 2
-    assert result.stderr == "Error: --gpu-mem: 400 characters is not a number; write it like 48GiB, 80GB or 51539607552\n"
+    assert result.stderr == (
+        "Error: --gpu-mem: 400 characters is not a number; write it like 48GiB, 80GB or 51539607552\n"
+    )
