@@ -30,6 +30,7 @@ pytestmark = pytest.mark.slow
 LLAMA = json.loads((REPO / "model_configs" / "meta-llama__Llama-3.1-8B-Instruct.json").read_text())
 GH_COMMAND = re.compile(r"^::(notice|warning|error) file=[^:\n]*,line=\d+,title=[^:\n]*::[^\n]*$")
 CI_ANYWHERE = re.compile(r"##(\[|vso\[|teamcity\[)")
+# Each suite runs in a few seconds on two cores; `--hypothesis-seed` or a larger max_examples digs deeper.
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 # Text as an attacker writes it: workflow commands, markup, terminal escapes, bidi overrides, lone surrogates.
@@ -202,7 +203,7 @@ def test_hub_fault_modes(fault: Fault, repo: str) -> None:
 # --- models, gpus and verify: hostile filters, flags and model directories ----------------------------------------
 
 
-@SETTINGS
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(name=st.one_of(st.none(), HOSTILE_TEXT), family=st.one_of(st.none(), HOSTILE_TEXT),
        kind=st.one_of(st.none(), HOSTILE_TEXT), json_out=st.booleans())
 def test_models_and_gpus_on_hostile_filters(name, family, kind, json_out) -> None:
