@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from kvplan.errors import ConfigError, HubError, InputError
+from kvplan.errors import ConfigError, HubError, InputError, KvplanError
 from kvplan.sources.local_files import MAX_CONFIG_BYTES, Refused, json_object, read_regular
 from kvplan.units import MiB
 
@@ -114,14 +114,19 @@ def fetch_model_files(
     request = _request(repo_id, revision, token)
     limits = _limits(MAX_CONFIG_BYTES, 3 * MAX_CONFIG_BYTES, max_requests=24)
     with _kvplan_call(limits):
-        if offline or _offline_mode():
-            return _files_from_cache(request, unreachable=None)
         try:
-            return _files_from_hub(request)
-        except _Unreachable as down:
-            # huggingface_hub itself falls back to the cache when the Hub is down; kvplan does the same, but
-            # only after a single HEAD without retries (its own fallback retries for ~23 s first: _check_repo).
-            return _files_from_cache(request, unreachable=down.error)
+            if offline or _offline_mode():
+                return _files_from_cache(request, unreachable=None)
+            try:
+                return _files_from_hub(request)
+            except _Unreachable as down:
+                # huggingface_hub itself falls back to the cache when the Hub is down; kvplan does the same, but
+                # only after a single HEAD without retries (its own fallback retries for ~23 s first: _check_repo).
+                return _files_from_cache(request, unreachable=down.error)
+        except KvplanError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the cache look-up too: every failure is one HubError line
+            raise _as_hub_error(err, request, unreachable_is_error=True) from err
 
 
 def fetch_safetensors_bytes(repo_id: str, *, revision: str | None = None, token: str | None = None) -> SafetensorsBytes:
