@@ -114,7 +114,9 @@ def read_text(path: str) -> str:
         except OSError as exc:
             raise DeploymentError(f"{path}: cannot read the file: {exc.strerror or exc}") from None
         if len(data) > MAX_FILE_BYTES:
-            raise DeploymentError(f"{path}: more than {MAX_FILE_BYTES // MiB} MiB; kvplan reads deployment files up to that")
+            raise DeploymentError(
+                f"{path}: more than {MAX_FILE_BYTES // MiB} MiB; kvplan reads deployment files up to that"
+            )
     else:
         try:
             data = read_regular(path, MAX_FILE_BYTES, "deployment files")

@@ -44,6 +44,7 @@ MAX_SAFETENSORS_TOTAL_BYTES = 256 * MiB
 # A tensor beyond 2**48 bytes (256 TiB) or a dimension beyond 2**48 is a corrupt header, not a model.
 _MAX_TENSOR_BYTES = 1 << 48
 _MAX_DIMS = 8
+_DTYPE_RE = re.compile(r"[A-Za-z0-9_]{1,16}")  # safetensors names its dtypes F16, BF16, F8_E4M3, I64, BOOL, ...
 
 # An `org/name` repo id as the Hub accepts it: each part starts and ends with a letter or digit, at most 96
 # characters, no "--" or ".." (the Hub reserves those).
@@ -193,7 +194,7 @@ def _sum_tensor_bytes(repo_id: str, metadata: Any) -> SafetensorsBytes:
         for name, tensor in tensors.items():
             where = f"tensor {str(name)[:80]} in {str(filename)[:80]}"
             dtype, shape, offsets = tensor.dtype, tensor.shape, tensor.data_offsets
-            if not isinstance(dtype, str) or not dtype.isalnum() and "_" not in dtype or len(dtype) > 16:
+            if not isinstance(dtype, str) or not _DTYPE_RE.fullmatch(dtype):
                 raise _bad_weights(repo_id, f"{where} has dtype {str(dtype)[:20]!r}")
             if not isinstance(shape, (list, tuple)) or len(shape) > _MAX_DIMS or not all(map(_size, shape)):
                 raise _bad_weights(repo_id, f"{where} has shape {str(shape)[:60]}")
