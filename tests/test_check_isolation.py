@@ -73,6 +73,8 @@ HOSTILE_FILES = {
     "stop": deployment("\n::stop-commands::t0k3n"),
     "azure": deployment("##vso[task.setvariable variable=x]1 ##[error]x ##teamcity[x]"),
     "controls": deployment("\x1b]8;;http://evil\x07\x00\x7f\u202e"),
+    # XML 1.0 forbids U+FFFE and U+FFFF: JUnit used to be invalid XML with them.
+    "xml_nonchars": deployment("a\ufffeb\uffffc"),
 }
 
 
