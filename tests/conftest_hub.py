@@ -67,6 +67,11 @@ def hub_env(hub_server: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     environment (for kvplan.sources.hub, which reads HF_ENDPOINT and HF_HUB_OFFLINE at call time, and for subprocesses) and
     the constants (for everything huggingface_hub reads from them at call time: cache dir, token file, timeouts).
     """
+    return route_to(hub_server, tmp_path, monkeypatch)
+
+
+def route_to(hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> HubEnv:
+    """What hub_env does, for a test that needs a fresh fake Hub per example (hypothesis)."""
     from huggingface_hub import constants
 
     hf_home = tmp_path / "hf_home"
@@ -90,6 +95,6 @@ def hub_env(hub_server: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         "HF_HUB_DOWNLOAD_TIMEOUT": _TEST_TIMEOUT_S,
     }.items():
         monkeypatch.setattr(constants, name, value, raising=False)
-    env = HubEnv(hub=hub_server, cache_dir=cache_dir, monkeypatch=monkeypatch)
-    env.set_endpoint(hub_server.url)
+    env = HubEnv(hub=hub, cache_dir=cache_dir, monkeypatch=monkeypatch)
+    env.set_endpoint(hub.url)
     return env

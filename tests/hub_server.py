@@ -1,4 +1,9 @@
-"""A fake Hugging Face Hub on 127.0.0.1 answering the requests huggingface_hub makes for kvplan.sources.hub."""
+"""A fake Hugging Face Hub on 127.0.0.1 answering the requests huggingface_hub makes for kvplan.sources.hub.
+
+It can also misbehave the ways a network does (`Fault`): error statuses, a hang, a body trickling one byte at a
+time, a truncated body, a 200 without Hub headers (a proxy or captive portal), a redirect loop, a huge body, and
+a server that ignores `Range`.
+"""
 
 from __future__ import annotations
 
@@ -49,12 +54,49 @@ class FakeRepo:
         return hashlib.sha1(f"{repo_id}@{revision}".encode()).hexdigest()
 
 
+FAULT_MODES = ("status", "hang", "drip", "truncate", "no_hub_headers", "redirect_loop", "huge", "ignore_range")
+CAPTIVE_PORTAL_PAGE = b"<html><body>Sign in to the guest Wi-Fi to continue</body></html>"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """How the server misbehaves, and on which requests (methods, and file names; None means every file).
+
+    status: answer `status` (429 and 503 with Retry-After: 3600). hang: accept, never answer. drip: the body
+    one byte every `interval_s`. truncate: announce the body, send half, close. no_hub_headers: a 200 HTML
+    page with no X-Repo-Commit/ETag. redirect_loop: 302 back to the same URL. huge: announce (or not, with
+    `announce_length=False`) `huge_bytes` and stream zeros until the client stops reading. ignore_range: the
+    whole file with 200 whatever Range asks. `times`: only the first so many matching requests misbehave.
+    """
+
+    mode: str
+    methods: tuple[str, ...] = ("HEAD", "GET")
+    files: tuple[str, ...] | None = None
+    times: int | None = None
+    status: int = 500
+    interval_s: float = 1.0
+    huge_bytes: int = 1 << 30
+    announce_length: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mode not in FAULT_MODES:
+            raise ValueError(f"unknown fault {self.mode!r}; one of {FAULT_MODES}")
+
+    def applies(self, method: str, filename: str | None) -> bool:
+        return method in self.methods and (self.files is None or filename in self.files)
+
+
 @dataclass
 class FakeHub:
     """The server and its repos. Use as a context manager; `url` is what HF_ENDPOINT should hold."""
 
     repos: dict[str, FakeRepo] = field(default_factory=dict)
     requests: list[tuple[str, str]] = field(default_factory=list)  # (method, path) in arrival order
+    fault: Fault | None = None
+    faults_served: int = 0
+    body_bytes_sent: int = 0  # bytes of file bodies written, faults included (what a client was made to read)
+    user_agents: list[str] = field(default_factory=list)  # the User-Agent of each request, in arrival order
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     def add_repo(
         self,
@@ -77,6 +119,7 @@ class FakeHub:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        self.stopping.set()  # hanging and dripping handlers return
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
@@ -104,7 +147,11 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
         def _serve(self, *, send_body: bool) -> None:
             path = urlsplit(self.path).path
             hub.requests.append((self.command, path))
+            hub.user_agents.append(self.headers.get("User-Agent", ""))
             match = _RESOLVE_RE.match(path)
+            fault = self._fault()
+            if fault is not None and self._misbehave(fault, send_body):
+                return
             if match is None:  # /api/... (huggingface_hub asks /api/agent-harnesses once per process)
                 return self._error(404, None, "Not Found", send_body)
             repo_id, revision, filename = match["repo"], unquote(match["revision"]), unquote(match["filename"])
@@ -128,9 +175,74 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return self._error(404, "EntryNotFound", "Entry not found", send_body, commit=commit)
             self._file(body, commit, send_body)
 
+        def _misbehave(self, fault: Fault, send_body: bool) -> bool:
+            """Answer as the fault says; False when the fault shapes the body of a normal answer (_file)."""
+            if fault.mode == "status":
+                self.send_response(fault.status)
+                if fault.status in (429, 503):
+                    self.send_header("Retry-After", "3600")  # an hour: kvplan must not sleep on it
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif fault.mode == "hang":
+                hub.stopping.wait(60)
+            elif fault.mode == "no_hub_headers":
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(CAPTIVE_PORTAL_PAGE)))
+                self.end_headers()
+                if send_body:
+                    self.wfile.write(CAPTIVE_PORTAL_PAGE)
+            elif fault.mode == "redirect_loop":
+                self.send_response(302)
+                self.send_header("Location", self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            else:
+                return False
+            return True
+
+        def _write_body(self, payload: bytes, fault: Fault | None) -> None:
+            try:
+                if fault is not None and fault.mode == "drip":
+                    for i in range(len(payload)):
+                        if hub.stopping.wait(fault.interval_s):
+                            return
+                        self.wfile.write(payload[i : i + 1])
+                        self.wfile.flush()
+                        hub.body_bytes_sent += 1
+                elif fault is not None and fault.mode == "truncate":
+                    self.wfile.write(payload[: len(payload) // 2])
+                    hub.body_bytes_sent += len(payload) // 2
+                elif fault is not None and fault.mode == "huge":
+                    chunk = bytes(64 * 1024)
+                    sent = 0
+                    while sent < fault.huge_bytes and not hub.stopping.is_set():
+                        self.wfile.write(chunk)
+                        sent += len(chunk)
+                        hub.body_bytes_sent += len(chunk)
+                else:
+                    self.wfile.write(payload)
+                    hub.body_bytes_sent += len(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client stopped reading: what a bounded client does
+
+        def _fault(self) -> Fault | None:
+            """The fault this request meets (counted once per request, in _serve)."""
+            fault = hub.fault
+            if fault is None or not fault.applies(self.command, self._filename()):
+                return None
+            if fault.times is not None and hub.faults_served >= fault.times:
+                return None
+            hub.faults_served += 1
+            self._met = fault
+            return fault
+
         def _file(self, body: bytes, commit: str, send_body: bool) -> None:
             status, payload, extra = 200, body, {}
+            fault = getattr(self, "_met", None)
             wanted = _RANGE_RE.match(self.headers.get("Range", ""))
+            if fault is not None and fault.mode == "ignore_range":
+                wanted = None
             if wanted is not None and send_body:
                 # huggingface_hub reads safetensors headers with "Range: bytes=0-100000", and asks
                 # "bytes=8-N" again when the JSON header is longer; the end is clamped to the file like S3 does.
@@ -142,13 +254,21 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             # X-Repo-Commit and ETag are mandatory: without them hf_hub_download refuses the file (FileMetadataError).
             self.send_header("X-Repo-Commit", commit)
             self.send_header("ETag", f'"{hashlib.sha256(body).hexdigest()}"')
-            self.send_header("Content-Length", str(len(payload)))
+            if fault is not None and fault.mode == "huge":
+                if fault.announce_length:
+                    self.send_header("Content-Length", str(fault.huge_bytes))
+            else:
+                self.send_header("Content-Length", str(len(payload)))
             self.send_header("Accept-Ranges", "bytes")
             for name, value in extra.items():
                 self.send_header(name, value)
             self.end_headers()
             if send_body:
-                self.wfile.write(payload)
+                self._write_body(payload, fault)
+
+        def _filename(self) -> str | None:
+            match = _RESOLVE_RE.match(urlsplit(self.path).path)
+            return unquote(match["filename"]) if match else None
 
         def _error(
             self, status: int, code: str | None, message: str, send_body: bool, commit: str | None = None

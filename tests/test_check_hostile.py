@@ -54,7 +54,9 @@ def test_fifty_megabytes(tmp_path: Path) -> None:
     with pytest.raises(DeploymentError) as info:
         load_documents(str(path))
     assert time.monotonic() - start < 1.0
-    assert info.value.message == f"{path}: file is 50,000,000 bytes; kvplan reads deployment files up to {MAX_FILE_BYTES // 2**20} MiB"
+    assert info.value.message == (
+        f"{path}: is 50,000,000 bytes; kvplan reads deployment files of up to {MAX_FILE_BYTES // 2**20} MiB"
+    )
 
 
 @pytest.mark.parametrize("tag", ["!!python/object/apply:os.system ['echo hi']", "!Ref Something", "!!python/name:os.system"])

@@ -71,7 +71,7 @@ def test_infinity_in_config_is_accepted(hub_env: HubEnv) -> None:
             "is not valid JSON (Expecting property name enclosed in double quotes at line 1, column 19)",
         ),
         (b"[1, 2]", "must hold a JSON object, not a list"),
-        (b"\xff\xfe{}", "is not UTF-8 text"),
+        (b"\xff\xfe{}", "is not UTF-8 text (byte 0 is 0xff)"),
     ],
 )
 def test_malformed_config_is_a_config_error_naming_the_file(hub_env: HubEnv, body: bytes, problem: str) -> None:

@@ -25,7 +25,7 @@ def test_refuses_more_than_the_device_has_before_allocating(runner, monkeypatch)
 
     calls = []
     monkeypatch.setattr(alloc, "_zeros", lambda *a, **k: calls.append(a) or pytest.fail("allocated"))
-    monkeypatch.setattr("kvplan.verify.rank.free_bytes", lambda torch, device: 1 << 20)  # 1 MiB free
+    monkeypatch.setattr("kvplan.verify.rank.free_bytes", lambda torch, device: (1 << 20, "free"))  # 1 MiB free
     result = run_cli(runner, "verify", *LLAMA)
     assert result.exit_code == 2 and not calls
     assert "needs" in result.stderr and "but cpu has 1.00 MiB free; nothing was allocated" in result.stderr

@@ -14,21 +14,20 @@ from dataclasses import replace
 from typing import Any
 
 from kvplan.capacity.deployment import Deployment, Parallelism, WeightsChoice, Workload
+from kvplan.capacity.weights import RUNTIME_QUANTIZATIONS
 from kvplan.check.fields import fix_text, request_field
 from kvplan.check.model import CANNOT_EVALUATE, DOES_NOT_FIT, FITS, CheckResult, DeploymentRequest
 from kvplan.engines import ENGINES, get_engine
-from kvplan.engines.tgi import TgiOptions
 from kvplan.engines.sglang import SglangOptions
+from kvplan.engines.tgi import TgiOptions
 from kvplan.engines.vllm_engine import VllmOptions
 from kvplan.errors import KvplanError
 from kvplan.hardware.gpus import GpuSpec, custom_gpu, find_gpu
-from kvplan.capacity.weights import RUNTIME_QUANTIZATIONS
 from kvplan.planner.fixes import find_fixes
 from kvplan.planner.serialize import reason as reason_of
 from kvplan.planner.serialize import verdict_to_dict
 from kvplan.planner.verdict import Verdict, plan
 from kvplan.sources.resolve import resolve_model
-from kvplan.units import GiB
 
 CHECKED_ENGINES = ("vllm", "sglang", "tgi")
 
@@ -106,7 +105,7 @@ def _gpus_per_instance_given(req: DeploymentRequest) -> int | None:
 def to_deployment(req: DeploymentRequest, *, offline: bool, vllm_version: str) -> Deployment:
     """The deployment a request describes (raises KvplanError for what cannot be resolved)."""
     gpu = _gpu(req)
-    model = resolve_model(req.model or "", offline=offline, prefer_library=True, untrusted=True).model
+    model = resolve_model(req.model or "", offline=offline, prefer_library=True, explicit_paths_only=True).model
     parallelism = Parallelism(
         tp=req.tensor_parallel_size,
         pp=req.pipeline_parallel_size,
@@ -139,7 +138,7 @@ def blockers(req: DeploymentRequest, *, offline: bool) -> list[str]:
     fields = {u.field for u in req.unresolved}
     if req.model and "model" not in fields:
         try:
-            resolve_model(req.model, offline=offline, prefer_library=True, untrusted=True)
+            resolve_model(req.model, offline=offline, prefer_library=True, explicit_paths_only=True)
         except KvplanError as exc:
             found.append(f"model: {exc.message}")
     if (req.gpu or req.gpu_key) and "gpu" not in fields:

@@ -8,7 +8,6 @@ memory. Mappings and sequences come back as `YMap` / `YList`, which remember the
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import yaml
 
 from kvplan.check.templates import mask_templates
 from kvplan.errors import DeploymentError
+from kvplan.sources.local_files import Refused, read_regular
 from kvplan.units import MiB
 
 MAX_FILE_BYTES = 5 * MiB  # the largest real manifest here is 20 KB; 5 MiB leaves room for generated bundles
@@ -26,6 +26,9 @@ MAX_DOCUMENTS = 1000
 MAX_ALIASES = 1000  # alias uses per file; compose files use a handful of `<<: *defaults`
 MAX_NODES = 100_000  # expanded nodes per document: ~0.2 s of work; the 20 KB KubeAI catalog has ~2,000
 MAX_DEPTH = 100  # nesting; Kubernetes manifests nest about 15 deep
+# Integers outside int64/uint64 are refused at their line: Kubernetes, Go and vLLM's own readers reject them, and
+# a 309-digit max_model_len would otherwise overflow a float deep inside the evaluation.
+_INT_RANGE = range(-(1 << 63), 1 << 64)
 
 _TAG = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {_TAG + t for t in ("null", "bool", "int", "float", "str", "timestamp", "binary")}
@@ -104,23 +107,21 @@ class _Limited(yaml.SafeLoader):
 
 
 def read_text(path: str) -> str:
-    """The file as text, refused when too large, not UTF-8/UTF-16, or holding control bytes."""
-    try:
-        if path == "-":
+    """The file as text, refused when too large, not a regular file, not UTF-8/UTF-16, or holding control bytes."""
+    if path == "-":
+        try:
             data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
-        else:
-            size = os.stat(path).st_size
-            if size > MAX_FILE_BYTES:
-                raise DeploymentError(
-                    f"{path}: file is {size:,} bytes; kvplan reads deployment files up to "
-                    f"{MAX_FILE_BYTES // MiB} MiB"
-                )
-            with open(path, "rb") as handle:
-                data = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise DeploymentError(f"{path}: cannot read the file: {exc.strerror or exc}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise DeploymentError(f"{path}: more than {MAX_FILE_BYTES // MiB} MiB; kvplan reads deployment files up to that")
+        except OSError as exc:
+            raise DeploymentError(f"{path}: cannot read the file: {exc.strerror or exc}") from None
+        if len(data) > MAX_FILE_BYTES:
+            raise DeploymentError(
+                f"{path}: more than {MAX_FILE_BYTES // MiB} MiB; kvplan reads deployment files up to that"
+            )
+    else:
+        try:
+            data = read_regular(path, MAX_FILE_BYTES, "deployment files")
+        except Refused as exc:
+            raise DeploymentError(f"{path}: {exc}") from None
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         encoding = "utf-16"
     else:
@@ -196,7 +197,7 @@ def _to_python(node: yaml.Node, path: str, budget: list[int], depth: int) -> Any
             raise DeploymentError(f"{path}:{line}: unknown YAML tag {node.tag!r}; kvplan reads plain YAML only")
         if node.tag in (_TAG + "timestamp", _TAG + "binary"):
             return node.value
-        return _SCALARS.yaml_constructors[node.tag](_SCALARS, node)
+        return _scalar(node, path, line)
     if isinstance(node, yaml.SequenceNode):
         if node.tag != _SEQ_TAG:
             raise DeploymentError(f"{path}:{line}: unknown YAML tag {node.tag!r}; kvplan reads plain YAML only")
@@ -214,6 +215,7 @@ def _to_python(node: yaml.Node, path: str, budget: list[int], depth: int) -> Any
         mapping.line = line
         mapping.key_lines = {}
         explicit: list[tuple[Any, Any, int]] = []
+        key_seen: dict[tuple[type, Any], int] = {}
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE_TAG:
                 # `<<: *defaults` (or a list of them): merged keys come first, explicit keys override.
@@ -233,12 +235,36 @@ def _to_python(node: yaml.Node, path: str, budget: list[int], depth: int) -> Any
                 )
             key = _to_python(key_node, path, budget, depth + 1)
             value = _to_python(value_node, path, budget, depth + 1)
-            explicit.append((key, value, key_node.start_mark.line + 1))
+            key_line = key_node.start_mark.line + 1
+            if (type(key), key) in key_seen:
+                # YAML keeps the last value without a word; Kubernetes and compose refuse the file.
+                raise DeploymentError(
+                    f"{path}:{key_line}: duplicate key '{key}' (first at line {key_seen[type(key), key]}); "
+                    "keep one of them"
+                )
+            key_seen[type(key), key] = key_line
+            explicit.append((key, value, key_line))
         for key, value, key_line in explicit:
             mapping[key] = value
             mapping.key_lines[key] = key_line
         return mapping
     raise DeploymentError(f"{path}:{line}: unsupported YAML node")
+
+
+def _scalar(node: yaml.ScalarNode, path: str, line: int) -> Any:
+    """One plain scalar, with integers bounded (a 5000-digit integer is beyond Python's int() limit)."""
+    try:
+        value = _SCALARS.yaml_constructors[node.tag](_SCALARS, node)
+    except (ValueError, OverflowError):
+        raise DeploymentError(
+            f"{path}:{line}: a number of {len(node.value):,} characters cannot be read; write a value in range"
+        ) from None
+    if isinstance(value, int) and not isinstance(value, bool) and value not in _INT_RANGE:
+        raise DeploymentError(
+            f"{path}:{line}: the integer {str(value)[:20]}... ({len(str(abs(value))):,} digits) is beyond the "
+            "64-bit range that Kubernetes and the engines read"
+        )
+    return value
 
 
 # SafeConstructor's scalar functions, called directly (no memo of nodes kept between files).

@@ -23,10 +23,9 @@ from rich.console import Console
 from rich.text import Text
 
 from kvplan.check.model import CANNOT_EVALUATE, DOES_NOT_FIT, FITS, VERDICTS, CheckResult, FileReport
+from kvplan.cli.escape import ci_text, gh_data, gh_property, json_text, xml_text
 from kvplan.errors import EXIT_CANNOT_EVALUATE, EXIT_DOES_NOT_FIT, EXIT_OK
 from kvplan.units import fmt_gib
-
-_XML_ILLEGAL = {c: None for c in range(0x20) if c not in (0x09, 0x0A, 0x0D)}
 
 
 def required_margin(result: CheckResult, min_margin: float | None) -> float | None:
@@ -72,6 +71,9 @@ def exit_reason(results: Sequence[CheckResult], policy: Policy = Policy()) -> tu
     broken = [r for r in results if unreadable(r)]
     if broken:
         return EXIT_CANNOT_EVALUATE, f"{_count(len(broken), 'file')} could not be read"
+    failed = [r for r in results if r.reason_code == "internal"]
+    if failed:
+        return EXIT_CANNOT_EVALUATE, f"kvplan failed on {_count(len(failed), 'deployment')}"
     blocked = [r for r in results if r.verdict == CANNOT_EVALUATE]
     if blocked and policy.strict:
         return EXIT_CANNOT_EVALUATE, f"--strict and {_count(len(blocked), 'deployment')} could not be evaluated"
@@ -230,15 +232,7 @@ def render_json(results: Sequence[CheckResult], *, min_margin: float | None = No
         "exit_code": code,
         "exit_reason": why,
     }
-    return json.dumps(payload, indent=2)
-
-
-def _gh_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _gh_property(text: str) -> str:
-    return _gh_data(text).replace(":", "%3A").replace(",", "%2C")
+    return json_text(json.dumps(payload, indent=2))
 
 
 def render_github(results: Sequence[CheckResult], *, min_margin: float | None = None,
@@ -270,22 +264,18 @@ def render_github(results: Sequence[CheckResult], *, min_margin: float | None = 
         else:
             title = f"kvplan: {req.name} fits"
         where = "" if req.location.document else (
-            f"file={_gh_property(req.location.file)},line={annotation_line(result)},")
+            f"file={gh_property(req.location.file)},line={annotation_line(result)},")
         message = _headline(result, policy.min_margin)
         if req.location.document:
             message = f"{req.location}: {message}"
-        lines.append(f"::{level} {where}title={_gh_property(title)}::{_gh_data(message)}")
+        lines.append(f"::{level} {where}title={gh_property(title)}::{gh_data(message)}")
     for report in files:
         if report.skipped:
             level = "error" if empty_fails else "notice"
-            lines.append(f"::{level} file={_gh_property(report.path)},title={_gh_property('kvplan: skipped')}::"
-                         f"{_gh_data(report.path + ': ' + report.skipped)}")
+            lines.append(f"::{level} file={gh_property(report.path)},title={gh_property('kvplan: skipped')}::"
+                         f"{gh_data(report.path + ': ' + report.skipped)}")
     lines.append(summary_line(results, files, policy))
     return "\n".join(lines) + "\n"
-
-
-def _xml_text(text: str) -> str:
-    return text.translate(_XML_ILLEGAL)
 
 
 def render_junit(results: Sequence[CheckResult], *, min_margin: float | None = None,
@@ -301,26 +291,26 @@ def render_junit(results: Sequence[CheckResult], *, min_margin: float | None = N
     suite = ET.SubElement(root, "testsuite", name="kvplan check", tests=tests, failures=str(failures),
                           errors=str(errors), skipped=str(len(skipped_files)))
     for report in skipped_files:
-        case = ET.SubElement(suite, "testcase", classname=_xml_text(report.path), name=_xml_text(report.path),
-                             file=_xml_text(report.path))
-        ET.SubElement(case, "skipped", message=_xml_text(report.skipped or ""))
+        case = ET.SubElement(suite, "testcase", classname=xml_text(report.path), name=xml_text(report.path),
+                             file=xml_text(report.path))
+        ET.SubElement(case, "skipped", message=xml_text(report.skipped or ""))
     for result in results:
         req = result.request
-        case = ET.SubElement(suite, "testcase", classname=_xml_text(req.location.file),
-                             name=_xml_text(f"{req.name} ({req.location})"), file=_xml_text(req.location.file),
+        case = ET.SubElement(suite, "testcase", classname=xml_text(req.location.file),
+                             name=xml_text(f"{req.name} ({req.location})"), file=xml_text(req.location.file),
                              line=str(req.location.line))
-        headline = _xml_text(_headline(result, min_margin))
+        headline = xml_text(_headline(result, min_margin))
         details = [f"{u.field}: {u.reason}. How to fix: {u.how_to_fix}" for u in req.unresolved]
         details += [f"note: {n}" for n in req.notes] + list(result.engine_lines)
         if result.verdict == DOES_NOT_FIT or misses_margin(result, min_margin):
             node = ET.SubElement(case, "failure", message=headline, type=DOES_NOT_FIT)
-            node.text = _xml_text("\n".join([headline, *details]))
+            node.text = xml_text("\n".join([headline, *details]))
         elif result.verdict == CANNOT_EVALUATE:
             node = ET.SubElement(case, "error", message=headline, type=CANNOT_EVALUATE)
-            node.text = _xml_text("\n".join([headline, *details]))
+            node.text = xml_text("\n".join([headline, *details]))
         else:
             out = ET.SubElement(case, "system-out")
-            out.text = _xml_text("\n".join([headline, *details]))
+            out.text = xml_text("\n".join([headline, *details]))
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
@@ -354,17 +344,17 @@ def render_human(results: Sequence[CheckResult], console: Console, *, min_margin
             label, style = "below margin", "red"
         if result.verdict == CANNOT_EVALUATE and not fails_job(result, policy):
             style = "yellow"
-        head = Text.assemble((f"{label:<15}", f"bold {style}"), " ", _short_location(req))
+        head = Text.assemble((f"{label:<15}", f"bold {style}"), " ", ci_text(_short_location(req)))
         console.print(head, soft_wrap=True)
         for line in _details(result, policy):
-            for piece in _wrap(line, width):
+            for piece in _wrap(ci_text(line), width):
                 console.print(piece, markup=False, highlight=False, soft_wrap=True)
     for report in files:
         if report.skipped:
-            console.print(Text.assemble((f"{'skipped':<15}", "bold"), " ", report.path), soft_wrap=True)
-            for piece in _wrap(report.skipped, width):
+            console.print(Text.assemble((f"{'skipped':<15}", "bold"), " ", ci_text(report.path)), soft_wrap=True)
+            for piece in _wrap(ci_text(report.skipped), width):
                 console.print(piece, markup=False, highlight=False, soft_wrap=True)
-    for piece in _wrap(summary_line(results, files, policy), width, indent=""):
+    for piece in _wrap(ci_text(summary_line(results, files, policy)), width, indent=""):
         console.print(piece, markup=False, highlight=False, soft_wrap=True)
 
 

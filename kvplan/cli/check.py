@@ -35,6 +35,9 @@ def check(
     vllm_version: Annotated[
         str, typer.Option("--vllm-version", help="vLLM release, 0.6.0 to 0.33, or current.")
     ] = "current",
+    follow_symlinks: Annotated[
+        bool, typer.Option("--follow-symlinks", help="Read symlinks that lead outside the checked directories.")
+    ] = False,
 ) -> None:
     """Fail the CI job when a deployment will not fit its GPUs.
 
@@ -44,6 +47,7 @@ def check(
     """
     from kvplan.check.evaluate import evaluate
     from kvplan.check.files import read_paths
+    from kvplan.check.isolate import evaluate_each
     from kvplan.check.report import Policy, exit_reason, render_github, render_human, render_json, render_junit
     from kvplan.errors import InputError
     from kvplan.units import parse_size
@@ -55,11 +59,10 @@ def check(
     memory = parse_size(gpu_mem, "--gpu-mem") if gpu_mem is not None else None
     if memory is not None and memory <= 0:
         raise InputError(f"--gpu-mem must be a positive size such as 80GiB, got {gpu_mem!r}")
-    reading = read_paths(paths, gpu=gpu, gpu_memory_bytes=memory)
-    results = reading.failures + [
-        evaluate(r, offline=offline, min_margin=min_margin, vllm_version=vllm_version)
-        for r in reading.requests
-    ]
+    reading = read_paths(paths, gpu=gpu, gpu_memory_bytes=memory, follow_symlinks=follow_symlinks)
+    results = reading.failures + evaluate_each(
+        reading.requests, lambda r: evaluate(r, offline=offline, min_margin=min_margin, vllm_version=vllm_version)
+    )
     policy = Policy(min_margin, strict, allow_empty)
     if output_format == "human":
         render_human(results, _console(), files=reading.files, policy=policy)

@@ -17,17 +17,33 @@ from typing import Any
 
 from rich.console import Console
 
+from kvplan.cli.escape import ci_text, json_text
 from kvplan.errors import EXIT_CANNOT_EVALUATE, KvplanError
 
 DEBUG_ENV = "KVPLAN_DEBUG"
 
 
 def stdout_console() -> Console:
-    return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=_width())
+    # emoji=False: a value such as ":warning:" in a model name prints as typed (markup is escaped per value).
+    return Console(file=_tolerant(sys.stdout), highlight=False, emoji=False, soft_wrap=False, width=_width())
 
 
 def stderr_console() -> Console:
-    return Console(file=sys.stderr, highlight=False, soft_wrap=True, width=_width())
+    return Console(file=_tolerant(sys.stderr), highlight=False, emoji=False, soft_wrap=True, width=_width())
+
+
+def _tolerant(stream: Any) -> Any:
+    """The stream, set to write what its encoding cannot (an ASCII locale, a strict UTF-8 pipe) as \\u escapes.
+
+    Values are escaped before they are printed (kvplan.cli.escape); this is the last line of defence, so that a
+    character no escape foresaw costs a backslash, never the whole output.
+    """
+    if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (ValueError, OSError):  # a closed or detached stream: leave it as it is
+            pass
+    return stream
 
 
 def _width() -> int:
@@ -47,26 +63,26 @@ class Output:
     def result(self, data: dict[str, Any] | list[dict[str, Any]], render: Callable[[Console], None]) -> None:
         """Print a command's result: the JSON document, or the human rendering of the same data."""
         if self.json_mode:
-            sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+            _tolerant(sys.stdout).write(json_text(json.dumps(data, indent=2, sort_keys=False)) + "\n")
             return
         console = stdout_console()
         with console.capture() as captured:
             render(console)
         # Tables pad their last column with spaces; a pasted or diffed report should carry none.
-        sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+        _tolerant(sys.stdout).write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
     @staticmethod
     def raw(text: str) -> None:
         """Machine text as it is (CSV rows): never wrapped at the terminal's width, no markup."""
-        sys.stdout.write(text)
+        _tolerant(sys.stdout).write(text)
 
     @staticmethod
     def notice(message: str) -> None:
-        stderr_console().print(f"Note: {message}", markup=False)
+        stderr_console().print(f"Note: {ci_text(message)}", markup=False)
 
     @staticmethod
     def warn(message: str) -> None:
-        stderr_console().print(f"Warning: {message}", markup=False)
+        stderr_console().print(f"Warning: {ci_text(message)}", markup=False)
 
 
 def report_error(exc: BaseException) -> int:
@@ -81,5 +97,5 @@ def report_error(exc: BaseException) -> int:
         code = EXIT_CANNOT_EVALUATE
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
-    sys.stderr.write(f"Error: {message}\n")
+    _tolerant(sys.stderr).write(f"Error: {ci_text(message)}\n")
     return code

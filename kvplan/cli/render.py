@@ -1,6 +1,7 @@
 """Estimate results for people: the verdict first, then the figures behind it, within 80 columns.
 
-Values that come from a config or a file are printed as plain text (never as rich markup).
+Values that come from a config, a file or the user are printed as plain Text (never as rich markup) through
+kvplan.cli.escape.ci_text: no control character, and no CI log command can start inside them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from rich.text import Text
 
 from kvplan.api import EstimateResult, GpuResult
 from kvplan.capacity.kv import KvEstimate
+from kvplan.cli.escape import ci_text
 from kvplan.cli.flags import change_flags
 from kvplan.hardware.gpus import GpuSpec
 from kvplan.planner.serialize import reason
@@ -92,7 +94,7 @@ def verdict_line(r: EstimateResult, g: GpuResult) -> Text:
         fix = best_fix_text(g)
         if fix:
             body += f" Best fix: {fix}."
-    text.append(body)
+    text.append(ci_text(body))
     return text
 
 
@@ -101,8 +103,8 @@ def calibration_line(v: Verdict) -> Text | None:
     c = v.account.calibration
     if c is None or c.in_range:
         return None
-    return Text(f"Outside the checked range ({', '.join(c.outside)}; checked on {c.checked_on}): "
-                f"{c.error_band}.", style="yellow")
+    return Text(ci_text(f"Outside the checked range ({', '.join(c.outside)}; checked on {c.checked_on}): "
+                        f"{c.error_band}."), style="yellow")
 
 
 def _side_by_side_line(r: EstimateResult) -> Text:
@@ -114,7 +116,7 @@ def _side_by_side_line(r: EstimateResult) -> Text:
         text.append(f"; not on {', '.join(not_fit)}")
     refusals = {g.verdict.account.refusal.message for g in r.results if g.verdict.account.refusal}
     if len(refusals) == 1 and not fit:
-        text.append(f": {refusals.pop().rstrip('.')}")
+        text.append(ci_text(f": {refusals.pop().rstrip('.')}"))
     text.append(". Name one with --gpu for its account and fixes.")
     return text
 
@@ -150,7 +152,7 @@ def _account_table(v: Verdict) -> Table:
     if a.requested_bytes:
         t.add_row("usable", _gib(a.requested_bytes), "what the engine lets itself use")
     for term in a.terms:
-        t.add_row(f"- {_TERM_NAMES.get(term.name, term.name)}", _gib(term.bytes), term.label)
+        t.add_row(f"- {_TERM_NAMES.get(term.name, term.name)}", _gib(term.bytes), Text(ci_text(term.label)))
     t.add_row("= KV memory", _gib(a.kv_budget_bytes), "")
     for u in v.pools:
         p = u.pool
@@ -214,14 +216,15 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
         console.print(_side_by_side_line(r))
     console.print()
     kinds = ", ".join(f"{n} {_KIND_NAMES.get(k, k)}" for k, n in m.layer_kinds().items())
-    console.print(Text(f"{m.name}: {m.family}, {m.num_layers} layers ({kinds}), {m.num_params / 1e9:,.2f}B params"))
-    console.print(Text(f"  from {m.source}", style="dim"))
+    console.print(Text(ci_text(f"{m.name}: {m.family}, {m.num_layers} layers ({kinds}), "
+                               f"{m.num_params / 1e9:,.2f}B params")))
+    console.print(Text(ci_text(f"  from {m.source}"), style="dim"))
     p = req.parallelism
     shard = ", ".join(f"{k} {v}" for k, v in (("tp", p.tp), ("pp", p.pp), ("dp", p.dp)) if v > 1)
-    console.print(Text(
+    console.print(Text(ci_text(
         f"  {r.results[0].verdict.deployment.max_model_len:,} tokens x {_requests(req.workload.concurrency)}, "
         f"KV {r.kv.kv_dtype.name}, weights {r.checkpoint.source}" + (f", {shard}" if shard else "")
-    ))
+    )))
     console.print()
     console.print(Text("KV cache, engine-neutral (tokens x bytes):", style="bold"))
     t = Table(show_header=False, box=None, pad_edge=False)
@@ -238,22 +241,22 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
     for g in r.results if named else ():
         v = g.verdict
         console.print()
-        console.print(Text(f"On {v.deployment.gpu.key} ({_gib(v.account.total_memory_bytes)}), {_engine_name(v)}, "
-                           f"per GPU:", style="bold"))
+        console.print(Text(ci_text(f"On {v.deployment.gpu.key} ({_gib(v.account.total_memory_bytes)}), "
+                                   f"{_engine_name(v)}, per GPU:"), style="bold"))
         console.print(_indent(_account_table(v)))
         if v.account.log_lines:
             console.print(Text(f"{_engine_name(v)} would log:", style="bold"))
             for line in v.account.log_lines:
-                console.print(_indent(Text(line)))
+                console.print(_indent(Text(ci_text(line))))
         if g.fixes:
             console.print(Text("Fixes (each planned again):", style="bold"))
             console.print(_indent(_fixes_table(g)))
         if v.notes:
             console.print(Text("Why these figures:", style="bold"))
             for note in v.notes:
-                console.print(_indent(Text(f"- {note}")))
+                console.print(_indent(Text(ci_text(f"- {note}"))))
     for note in m.notes:
-        console.print(Text(f"note: {note}", style="dim"))
+        console.print(Text(ci_text(f"note: {note}"), style="dim"))
 
 
 def gpus_to_dict(gpus: tuple[GpuSpec, ...]) -> dict[str, Any]:

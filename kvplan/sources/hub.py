@@ -1,8 +1,12 @@
-"""Fetch model configs and safetensors header sizes from the Hugging Face Hub: kvplan's only networked module."""
+"""Fetch model configs and safetensors header sizes from the Hugging Face Hub: kvplan's only networked module.
+
+Every call is bounded (kvplan.sources.hub_limits: a total deadline, size caps, a request budget, few retries),
+quiet (no progress bars, no retry warnings from huggingface_hub on stderr), sends no telemetry, and ends in a
+result or one HubError line whose `reason` lets the resolver fall back to the cache or the bundled library.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterator
@@ -11,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from kvplan.errors import ConfigError, HubError
+from kvplan.errors import ConfigError, HubError, InputError, KvplanError
+from kvplan.sources.local_files import MAX_CONFIG_BYTES, Refused, json_object, read_regular
+from kvplan.units import MiB
 
 DEFAULT_REVISION = "main"
 CONFIG_FILENAME = "config.json"
@@ -21,8 +27,24 @@ SAFETENSORS_SINGLE_FILENAME = "model.safetensors"
 
 # Why a HubError happened, so the resolver can fall back to the bundled library and say why.
 HUB_ERROR_REASONS = frozenset(
-    {"gated", "auth", "not_found", "no_config", "revision", "offline", "network", "no_weights", "bad_weights"}
+    {"gated", "auth", "not_found", "no_config", "revision", "offline", "network", "no_weights", "bad_weights",
+     "too_large", "cache", "bad_answer"}
 )
+
+# One kvplan Hub call (a model's config files, or a checkpoint's safetensors headers) ends within this many
+# seconds, retries included; KVPLAN_HUB_TIMEOUT sets another. huggingface_hub alone would wait as long as bytes
+# keep trickling in, and retry a stalled body for 68 s.
+HUB_TIMEOUT_ENV = "KVPLAN_HUB_TIMEOUT"
+DEFAULT_HUB_TIMEOUT_S = 30.0
+# Checkpoints: the largest in the library has 163 shards (DeepSeek-V3), Llama-3.1-405B 191.
+MAX_SHARDS = 1024
+# An index naming ~100,000 tensors is ~9 MB, a shard's header ~0.1 MB: 64 MiB per answer, 256 MiB in all.
+MAX_SAFETENSORS_ANSWER_BYTES = 64 * MiB
+MAX_SAFETENSORS_TOTAL_BYTES = 256 * MiB
+# A tensor beyond 2**48 bytes (256 TiB) or a dimension beyond 2**48 is a corrupt header, not a model.
+_MAX_TENSOR_BYTES = 1 << 48
+_MAX_DIMS = 8
+_DTYPE_RE = re.compile(r"[A-Za-z0-9_]{1,16}")  # safetensors names its dtypes F16, BF16, F8_E4M3, I64, BOOL, ...
 
 # An `org/name` repo id as the Hub accepts it: each part starts and ends with a letter or digit, at most 96
 # characters, no "--" or ".." (the Hub reserves those).
@@ -70,14 +92,17 @@ class _Unreachable(Exception):
         self.error = error
 
 
-def looks_like_repo_id(text: str) -> bool:
-    """True for an `org/name` Hub repo id that is not an existing local path ("meta-llama/Llama-2-7b")."""
+def is_repo_id(text: str) -> bool:
+    """True for text spelled as an `org/name` Hub repo id ("meta-llama/Llama-2-7b"), without looking at files."""
     if len(text) > _REPO_ID_MAX_CHARS or not _REPO_ID_RE.match(text) or "--" in text or ".." in text:
         return False
-    # "models/config.json" that does not exist is a mistyped path far more often than a repo named *.json.
-    if text.endswith(".json"):
-        return False
-    return not Path(text).expanduser().exists()
+    # "models/config.json" is a mistyped path far more often than a repo named *.json.
+    return not text.endswith(".json")
+
+
+def looks_like_repo_id(text: str) -> bool:
+    """True for an `org/name` Hub repo id that is not an existing local path."""
+    return is_repo_id(text) and not Path(text).expanduser().exists()
 
 
 def fetch_model_files(
@@ -88,15 +113,21 @@ def fetch_model_files(
     offline=True (kvplan's --offline) reads the cache only, as HF_HUB_OFFLINE does.
     """
     request = _request(repo_id, revision, token)
-    with _quiet_progress_bars():
-        if offline or _offline_mode():
-            return _files_from_cache(request, unreachable=None)
+    limits = _limits(MAX_CONFIG_BYTES, 3 * MAX_CONFIG_BYTES, max_requests=24)
+    with _kvplan_call(limits):
         try:
-            return _files_from_hub(request)
-        except _Unreachable as down:
-            # huggingface_hub itself falls back to the cache when the Hub is down; kvplan does the same, but
-            # only after a single HEAD without retries (its own fallback retries for ~23 s first: _check_repo).
-            return _files_from_cache(request, unreachable=down.error)
+            if offline or _offline_mode():
+                return _files_from_cache(request, unreachable=None)
+            try:
+                return _files_from_hub(request)
+            except _Unreachable as down:
+                # huggingface_hub itself falls back to the cache when the Hub is down; kvplan does the same, but
+                # only after a single HEAD without retries (its own fallback retries for ~23 s first: _check_repo).
+                return _files_from_cache(request, unreachable=down.error)
+        except KvplanError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the cache look-up too: every failure is one HubError line
+            raise _as_hub_error(err, request, unreachable_is_error=True) from err
 
 
 def fetch_safetensors_bytes(repo_id: str, *, revision: str | None = None, token: str | None = None) -> SafetensorsBytes:
@@ -112,7 +143,8 @@ def fetch_safetensors_bytes(repo_id: str, *, revision: str | None = None, token:
     from huggingface_hub.errors import NotASafetensorsRepoError, RemoteEntryNotFoundError, SafetensorsParsingError
 
     api = HfApi(endpoint=request.endpoint, token=token)
-    with _quiet_progress_bars():
+    limits = _limits(MAX_SAFETENSORS_ANSWER_BYTES, MAX_SAFETENSORS_TOTAL_BYTES, max_requests=2 * MAX_SHARDS + 16)
+    with _kvplan_call(limits):
         try:
             metadata = api.get_safetensors_metadata(
                 repo_id, revision=request.revision, token=token, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT
@@ -135,30 +167,63 @@ def fetch_safetensors_bytes(repo_id: str, *, revision: str | None = None, token:
                 f"revision {request.revision}; give the weight size with --weights-bytes",
             ) from None
         except SafetensorsParsingError as err:
-            raise _hub_error("bad_weights", f"cannot read the safetensors headers of {repo_id}: {err}") from None
-        except Exception as err:  # noqa: BLE001 - every other client failure is mapped to one HubError line
-            raise _as_hub_error(err, request, unreachable_is_error=True) from None
+            raise _bad_weights(repo_id, str(err)) from None
+        except Exception as err:  # noqa: BLE001 - every other failure is mapped to one HubError line
+            mapped = _as_hub_error(err, request, unreachable_is_error=True)
+            if isinstance(mapped, HubError) and mapped.reason == "bad_answer":  # a header huggingface_hub choked on
+                mapped = _bad_weights(repo_id, f"{type(err).__name__}: {' '.join(str(err).split())[:200]}")
+            elif isinstance(mapped, HubError) and mapped.reason == "too_large":
+                mapped = _hub_error("too_large", f"{mapped}; kvplan reads checkpoints of up to {MAX_SHARDS:,} shards")
+            raise mapped from err
+    return _sum_tensor_bytes(repo_id, metadata)
 
+
+def _sum_tensor_bytes(repo_id: str, metadata: Any) -> SafetensorsBytes:
+    """The checkpoint's bytes by dtype, from headers checked value by value (a hostile header is one error line)."""
+    files = getattr(metadata, "files_metadata", None)
+    if not isinstance(files, dict):
+        raise _bad_weights(repo_id, "the headers hold no file list")
+    if len(files) > MAX_SHARDS:
+        raise _bad_weights(repo_id, f"{len(files):,} shards, more than the {MAX_SHARDS:,} kvplan reads")
     bytes_by_dtype: dict[str, int] = {}
     num_params = 0
-    for filename, file_metadata in metadata.files_metadata.items():
-        for name, tensor in file_metadata.tensors.items():
-            begin, end = tensor.data_offsets
-            if not 0 <= begin <= end:
-                raise _hub_error(
-                    "bad_weights",
-                    f"cannot read the safetensors headers of {repo_id}: tensor {name} in {filename} has "
-                    f"data_offsets [{begin}, {end}]",
-                )
+    for filename, file_metadata in files.items():
+        tensors = getattr(file_metadata, "tensors", None)
+        if not isinstance(tensors, dict):
+            raise _bad_weights(repo_id, f"{str(filename)[:80]} has no tensor table")
+        for name, tensor in tensors.items():
+            where = f"tensor {str(name)[:80]} in {str(filename)[:80]}"
+            dtype, shape, offsets = tensor.dtype, tensor.shape, tensor.data_offsets
+            if not isinstance(dtype, str) or not _DTYPE_RE.fullmatch(dtype):
+                raise _bad_weights(repo_id, f"{where} has dtype {str(dtype)[:20]!r}")
+            if not isinstance(shape, (list, tuple)) or len(shape) > _MAX_DIMS or not all(map(_size, shape)):
+                raise _bad_weights(repo_id, f"{where} has shape {str(shape)[:60]}")
+            if not isinstance(offsets, (list, tuple)) or len(offsets) != 2 or not all(map(_size, offsets)):
+                raise _bad_weights(repo_id, f"{where} has data_offsets {str(offsets)[:60]}")
+            begin, end = offsets
+            if not begin <= end:
+                raise _bad_weights(repo_id, f"{where} has data_offsets [{begin}, {end}]")
             # The byte span in the file is exact for every dtype, packed 4-bit and fp8 included: no size table.
-            bytes_by_dtype[tensor.dtype] = bytes_by_dtype.get(tensor.dtype, 0) + (end - begin)
-            num_params += tensor.parameter_count
+            bytes_by_dtype[dtype] = bytes_by_dtype.get(dtype, 0) + (end - begin)
+            count = 1
+            for dim in shape:
+                count *= dim
+            num_params += count
     return SafetensorsBytes(
         total_bytes=sum(bytes_by_dtype.values()),
         by_dtype=tuple(sorted(bytes_by_dtype.items())),
         num_params=num_params,
-        files=len(metadata.files_metadata),
+        files=len(files),
     )
+
+
+def _size(value: object) -> bool:
+    """A dimension or offset as a header may state it: a plain integer in [0, 2**48]."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_TENSOR_BYTES
+
+
+def _bad_weights(repo_id: str, problem: str) -> HubError:
+    return _hub_error("bad_weights", f"cannot read the safetensors headers of {repo_id}: {problem}")
 
 
 def _request(repo_id: str, revision: str | None, token: str | None) -> _Request:
@@ -183,17 +248,52 @@ def _offline_mode() -> bool:
     return env.upper() in _TRUE_VALUES or constants.is_offline_mode()
 
 
-@contextmanager
-def _quiet_progress_bars() -> Iterator[None]:
-    """Silence huggingface_hub's tqdm bars (stderr is for kvplan's messages), restoring the caller's setting."""
-    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
-
-    was_disabled = are_progress_bars_disabled()
-    disable_progress_bars()
+def hub_timeout_s() -> float:
+    """Seconds one kvplan Hub call may take in all (KVPLAN_HUB_TIMEOUT, default 30)."""
+    raw = os.environ.get(HUB_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_HUB_TIMEOUT_S
     try:
-        yield
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 3600:
+        raise InputError(f"{HUB_TIMEOUT_ENV} must be a number of seconds in (0, 3600], got {raw[:40]!r}")
+    return seconds
+
+
+def _limits(max_answer_bytes: int, max_total_bytes: int, *, max_requests: int) -> Any:
+    from kvplan.sources.hub_limits import Limits
+
+    return Limits(deadline_s=hub_timeout_s(), max_response_bytes=max_answer_bytes, max_total_bytes=max_total_bytes,
+                  max_requests=max_requests)
+
+
+@contextmanager
+def _kvplan_call(limits: Any) -> Iterator[None]:
+    """One bounded, quiet Hub call: huggingface_hub's progress bars, log lines and telemetry off, then restored.
+
+    stderr is for kvplan's own messages: without this, huggingface_hub prints "Trying to resume download..."
+    and "Retrying in 1s" lines even when the call succeeds.
+    """
+    from huggingface_hub import constants
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+    from huggingface_hub.utils import logging as hf_logging
+
+    from kvplan.sources.hub_limits import bounded_client
+
+    bars_were_disabled, verbosity = are_progress_bars_disabled(), hf_logging.get_verbosity()
+    telemetry_was_disabled = constants.HF_HUB_DISABLE_TELEMETRY
+    disable_progress_bars()
+    hf_logging.set_verbosity(hf_logging.CRITICAL)
+    constants.HF_HUB_DISABLE_TELEMETRY = True  # read at each request: no agent probe, no library versions sent
+    try:
+        with bounded_client(limits):
+            yield
     finally:
-        if not was_disabled:
+        constants.HF_HUB_DISABLE_TELEMETRY = telemetry_was_disabled
+        hf_logging.set_verbosity(verbosity)
+        if not bars_were_disabled:
             enable_progress_bars()
 
 
@@ -250,7 +350,7 @@ def _download(request: _Request, filename: str) -> str | None:
     except RemoteEntryNotFoundError:
         return None  # huggingface_hub also records the absence in the cache, which offline runs then trust
     except Exception as err:  # noqa: BLE001 - mapped to one HubError line (or to the cache fallback)
-        raise _as_hub_error(err, request, unreachable_is_error=False) from None
+        raise _as_hub_error(err, request, unreachable_is_error=False) from err
 
 
 def _check_repo(request: _Request, filename: str, *, unreachable_is_error: bool) -> None:
@@ -261,31 +361,49 @@ def _check_repo(request: _Request, filename: str, *, unreachable_is_error: bool)
     here: the repo and the revision exist.
     """
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.errors import RemoteEntryNotFoundError
+    from huggingface_hub.errors import FileMetadataError, RemoteEntryNotFoundError
 
     url = hf_hub_url(request.repo_id, filename, revision=request.revision, endpoint=request.endpoint)
     try:
-        get_hf_file_metadata(url, token=request.token, timeout=constants.HF_HUB_ETAG_TIMEOUT, endpoint=request.endpoint)
+        metadata = get_hf_file_metadata(
+            url, token=request.token, timeout=constants.HF_HUB_ETAG_TIMEOUT, endpoint=request.endpoint
+        )
     except RemoteEntryNotFoundError:
-        pass
+        return
     except Exception as err:  # noqa: BLE001 - mapped to one HubError line (or to the cache fallback)
-        raise _as_hub_error(err, request, unreachable_is_error=unreachable_is_error) from None
+        raise _as_hub_error(err, request, unreachable_is_error=unreachable_is_error) from err
+    if metadata.commit_hash is None or metadata.etag is None:
+        # A 200 from a proxy or a captive portal: no X-Repo-Commit / ETag, so not a Hub.
+        raise _as_hub_error(FileMetadataError(url), request, unreachable_is_error=unreachable_is_error)
 
 
-def _as_hub_error(err: Exception, request: _Request, *, unreachable_is_error: bool) -> Exception:
-    """Map a huggingface_hub / transport failure to a one-line HubError (or _Unreachable for the cache fallback)."""
+def _as_hub_error(err: BaseException, request: _Request, *, unreachable_is_error: bool) -> Exception:
+    """Map any failure of a huggingface_hub call to one HubError line (or _Unreachable for the cache fallback).
+
+    Every exception maps: a Hub refusal to its reason, a transport failure or a deadline to "network", an answer
+    beyond the size caps to "too_large", an unusable cache to "cache", and anything else to "bad_answer", which
+    names the exception (KVPLAN_DEBUG=1 shows its traceback).
+    """
     import httpx2
     from huggingface_hub.errors import (
         DisabledRepoError,
         FileMetadataError,
         GatedRepoError,
         HfHubHTTPError,
+        LocalEntryNotFoundError,
         OfflineModeIsEnabled,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
 
+    from kvplan.sources.hub_limits import HubLimitError
+
     repo_id, endpoint = request.repo_id, request.endpoint
+    if isinstance(err, LocalEntryNotFoundError):
+        # "Cannot find the requested files in the local cache": the Hub failed first, and that failure says why.
+        underlying = err.__cause__ or err.__context__
+        if isinstance(underlying, Exception) and not isinstance(underlying, LocalEntryNotFoundError):
+            return _as_hub_error(underlying, request, unreachable_is_error=unreachable_is_error)
     # GatedRepoError subclasses RepositoryNotFoundError: test it first.
     if isinstance(err, GatedRepoError):
         return _hub_error(
@@ -308,7 +426,14 @@ def _as_hub_error(err: Exception, request: _Request, *, unreachable_is_error: bo
             "offline",
             f"{repo_id} needs the Hub and HF_HUB_OFFLINE is set; unset HF_HUB_OFFLINE to download it once",
         )
-    if isinstance(err, HfHubHTTPError) and err.response is not None:
+    if isinstance(err, HubLimitError) and err.kind in ("size", "requests"):
+        return _hub_error(
+            "too_large",
+            f"the Hub at {endpoint} sent more than kvplan reads for {repo_id} ({err.cause}); kvplan refused it",
+        )
+    if isinstance(err, HubLimitError):
+        cause = err.cause
+    elif isinstance(err, HfHubHTTPError) and err.response is not None:
         status = err.response.status_code
         if status == 401:
             # A 401 that is neither RepoNotFound nor GatedRepo: the Hub rejected the token itself.
@@ -316,12 +441,27 @@ def _as_hub_error(err: Exception, request: _Request, *, unreachable_is_error: bo
         cause = f"HTTP {status}"
     elif isinstance(err, httpx2.TimeoutException):
         cause = "timed out"
-    elif isinstance(err, httpx2.TransportError):
-        cause = str(err) or type(err).__name__
+    elif isinstance(err, httpx2.TooManyRedirects):
+        cause = "a redirect loop"
+    elif isinstance(err, (httpx2.TransportError, httpx2.DecodingError)):
+        cause = " ".join((str(err) or type(err).__name__).split())[:200]
     elif isinstance(err, FileMetadataError):
-        cause = "it answers without the X-Repo-Commit/ETag headers of a Hub"
+        cause = "it answers without the X-Repo-Commit/ETag headers of a Hub: a proxy or a captive portal?"
+    elif isinstance(err, OSError) and not isinstance(err, HfHubHTTPError):
+        from huggingface_hub import constants
+
+        problem = err.strerror or " ".join(str(err).split())[:200]
+        return _hub_error(
+            "cache",
+            f"the Hugging Face cache at {constants.HF_HUB_CACHE} cannot be used ({problem}); set HF_HOME to a "
+            "writable directory",
+        )
     else:
-        raise err  # not a Hub failure: a bug, so keep the traceback
+        return _hub_error(
+            "bad_answer",
+            f"the Hub at {endpoint} gave an answer kvplan cannot use for {repo_id} "
+            f"({type(err).__name__}: {' '.join(str(err).split())[:200]})",
+        )
     error = _hub_error(
         "network",
         f"cannot reach the Hub at {endpoint} ({cause}); set HF_HUB_OFFLINE=1 to use the cache or the bundled library",
@@ -356,16 +496,9 @@ def _parsed(
 
 
 def _load_json_object(path: str, filename: str, request: _Request) -> dict[str, Any]:
-    """Parse one downloaded JSON file; json accepts the Infinity/NaN some configs hold."""
+    """Parse one downloaded (or cached) JSON file, read bounded like a local config."""
     source = f"{request.repo_id} at revision {request.revision}"
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise ConfigError(filename, "is not UTF-8 text", source) from None
-    except json.JSONDecodeError as err:
-        raise ConfigError(
-            filename, f"is not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})", source
-        ) from None
-    if not isinstance(data, dict):
-        raise ConfigError(filename, f"must hold a JSON object, not a {type(data).__name__}", source)
-    return data
+        return json_object(read_regular(path, MAX_CONFIG_BYTES, "config files"))
+    except Refused as err:
+        raise ConfigError(filename, str(err), source) from None

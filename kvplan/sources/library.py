@@ -88,12 +88,18 @@ def _index() -> dict[str, LibraryEntry]:
     return index
 
 
-def lookup(name: str) -> LibraryEntry | None:
-    """The library entry for `name` (case-insensitive, with or without the org), or None."""
+def lookup(name: str, *, any_org: bool = True) -> LibraryEntry | None:
+    """The library entry for `name` (case-insensitive, with or without the org), or None.
+
+    any_org=False: an `org/name` matches only that repo (or an alias of it), not the library's model of the
+    same name under another org.
+    """
     key = name.strip().lower().removeprefix("hf://").rstrip("/")
     index = _index()
     if key in index:
         return index[key]
+    if not any_org:
+        return None
     return index.get(key.split("/")[-1]) if "/" in key and key.split("/")[-1] in index else None
 
 

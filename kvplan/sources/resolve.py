@@ -1,15 +1,15 @@
 """One resolver for every command: a model argument -> a parsed ModelSpec, and where it came from.
 
-Order: an existing local path (config.json, params.json, or a directory holding one); then, for `org/name`
-ids, the local Hugging Face cache and the bundled library, with no network call at all (a bundled model
-starts as fast as the CLI can); the Hub only when neither has it, or when --refresh or --revision asks for
-it, falling back to the library (with a notice) when the Hub cannot serve the repo. Names that are not repo
-ids go to the library directly.
+Order: an existing local path (config.json, params.json, or a directory holding one; for names from untrusted
+files only one written as a path, ./name or /path); then, for `org/name` ids, the local Hugging Face cache
+and the bundled library, with no network call at all (a bundled model starts as fast as the CLI can); the
+Hub only when neither has it, or when --refresh or --revision asks for it, falling back to the library (with
+a notice) when the Hub cannot serve the repo. Names that are not repo ids go to the library directly.
 """
 
 from __future__ import annotations
 
-import json
+import errno
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,7 +18,8 @@ from kvplan.errors import ConfigError, HubError, ModelNotFoundError
 from kvplan.model.parse import parse_config
 from kvplan.model.specs import ModelSpec
 from kvplan.sources import library
-from kvplan.sources.hub import looks_like_repo_id
+from kvplan.sources.hub import is_repo_id, looks_like_repo_id
+from kvplan.sources.local_files import MAX_CONFIG_BYTES, Refused, json_object, read_regular
 
 _TRUTHY = {"1", "true", "yes", "on"}
 
@@ -36,30 +37,52 @@ def hub_offline() -> bool:
 
 
 def _read_json_file(path: Path) -> dict:
+    """A local JSON config, read bounded (regular files only, at most MAX_CONFIG_BYTES, never blocking)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_regular(path, MAX_CONFIG_BYTES)
+    except Refused as exc:
+        raise ModelNotFoundError(f"cannot read {path}: {exc}") from None
+    try:
+        return json_object(data)
+    except Refused as exc:
+        raise ConfigError(path.name, str(exc), str(path)) from None
+
+
+def _exists(path: Path) -> bool:
+    """Whether a local path exists; a name no file system can hold is a clear error, not a traceback."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return False
     except OSError as exc:
-        raise ModelNotFoundError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(path.name, f"is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", str(path)) from None
-    if not isinstance(data, dict):
-        raise ConfigError(path.name, f"must hold a JSON object, not {type(data).__name__}", str(path))
-    return data
+        if exc.errno == errno.ENAMETOOLONG:
+            shown = str(path)
+            raise ModelNotFoundError(
+                f"'{shown[:60]}...' ({len(shown):,} characters) is too long for a local path "
+                "and is no library name or Hub repo id"
+            ) from None
+        return exc.errno != errno.ENOTDIR  # anything else (EACCES): it exists, and reading it will say why
+    except ValueError:  # an embedded NUL, or a lone surrogate: no file can have this name
+        return False
+    return True
 
 
 def _from_path(path: Path) -> ModelSpec:
     if path.is_dir():
         for candidate in ("config.json", "params.json"):
-            if (path / candidate).is_file():
+            if _exists(path / candidate):
                 return _from_path(path / candidate)
         raise ModelNotFoundError(f"directory {path} holds no config.json (nor Meta's params.json)")
     raw = _read_json_file(path)
     quant_path = path.with_name("hf_quant_config.json")
-    hf_quant = _read_json_file(quant_path) if quant_path.is_file() else None
+    hf_quant = _read_json_file(quant_path) if _exists(quant_path) else None
     name = path.parent.name if path.name in ("config.json", "params.json") else path.stem
     return parse_config(raw, name=name, source=str(path), hf_quant_config=hf_quant)
+
+
+def _is_explicit_path(text: str) -> bool:
+    """`./llama`, `../models/llama` or `/models/llama`: written as a path, so meant as one."""
+    return text.startswith(("./", "../", "/")) or text in (".", "..")
 
 
 def _from_library(entry: library.LibraryEntry) -> ModelSpec:
@@ -99,32 +122,38 @@ def resolve_model(
     token: str | None = None,
     offline: bool = False,
     prefer_library: bool = False,
+    explicit_paths_only: bool = False,
     refresh: bool = False,
-    untrusted: bool = False,
 ) -> Resolved:
     """Resolve MODEL (path, library name or Hub repo id) to a ModelSpec.
 
     A repo id in the local HF cache or the bundled library is answered from there; `refresh` (or a
     `revision`) asks the Hub instead. prefer_library: the bundled copy wins over the HF cache too (`kvplan
-    check` in CI must give the same answer on every machine). untrusted: the name comes from a file kvplan
-    did not write (a deployment YAML): only an explicit `./path` or an absolute path is read from disk, so
-    `model: llama` never opens ./llama.
+    check` in CI must give the same answer on every machine).
+    explicit_paths_only: MODEL comes from an untrusted file (`kvplan check`): it is a local model only when
+    written as a path (`./llama`, `/models/llama`); a bare `llama` never looks at the current directory,
+    where a FIFO or a planted `llama/config.json` could wait.
     """
     text = model.strip()
     if not text:
         raise ModelNotFoundError("the model argument is empty; give a Hub id, a library name or a config path")
-    path = Path(text).expanduser()
-    explicit = text.startswith(("./", "../", "/", "~"))
-    if (explicit or not untrusted) and path.exists():
-        return Resolved(_from_path(path))
+    if explicit_paths_only:
+        if _is_explicit_path(text):
+            return Resolved(_from_path(Path(text)))
+    else:
+        path = Path(text).expanduser()
+        if _exists(path):
+            return Resolved(_from_path(path))
 
-    entry = library.lookup(text)
     offline = offline or hub_offline()
-    if not looks_like_repo_id(text.removeprefix("hf://")):
-        if entry is None:
-            library.require(text)  # raises with "did you mean"
-        return Resolved(_from_library(entry))
-    repo_id = text.removeprefix("hf://")
+    name = text.removeprefix("hf://")
+    if not (is_repo_id(name) if explicit_paths_only else looks_like_repo_id(name)):
+        return Resolved(_from_library(library.require(text)))  # require raises with "did you mean"
+    repo_id = name
+    # Only this exact repo (or an alias of it) stands in for it: anyorg/Llama-3.1-8B-Instruct may be a
+    # fine-tune, so meta-llama's config is named to the user, never used in its place.
+    entry = library.lookup(repo_id, any_org=False)
+    namesake = None if entry is not None else library.lookup(repo_id)
 
     if (offline or prefer_library) and entry is not None and revision is None:
         return Resolved(_from_library(entry))
@@ -142,6 +171,12 @@ def resolve_model(
         files = hub.fetch_model_files(repo_id, revision=revision, token=token, offline=offline)
     except HubError as exc:
         if entry is None:
+            if namesake is not None:
+                raise HubError(
+                    f"{exc}; the bundled library holds {namesake.repo_id} under that name: pass it if it is "
+                    "the same model",
+                    reason=exc.reason,
+                ) from None
             hint = library.suggestions(repo_id)
             if hint and exc.reason in ("not_found", "offline", "network"):
                 raise HubError(f"{exc} (bundled library has: {', '.join(hint)})", reason=exc.reason) from None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from types import ModuleType
 from typing import Any
 
 from kvplan.errors import DeviceError, InputError
+from kvplan.verify.host_memory import host_headroom
 
 TORCH_MISSING = "torch is not installed: pip install 'kvplan[verify]'"
 
@@ -15,6 +17,10 @@ _TORCH_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat
 
 def import_torch() -> ModuleType:
     """torch, imported only when verify runs; a DeviceError naming the extra when it is missing."""
+    if os.environ.get("KVPLAN_DEBUG", "").strip() in ("", "0"):
+        # c10d prints multi-line C++ stack traces on stderr for a failed rendezvous; kvplan reports it in one
+        # line. Read by torch when it loads, so set before the import; KVPLAN_DEBUG=1 keeps them.
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     try:
         import torch
     except ImportError:
@@ -48,30 +54,37 @@ def device_label(torch: ModuleType, device: Any) -> str:
     return "cpu"
 
 
-def meminfo_available_bytes(path: str = "/proc/meminfo") -> int | None:
-    """MemAvailable from /proc/meminfo in bytes (the kernel states it in KiB), or None off Linux."""
-    try:
-        with open(path, encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+def free_bytes(torch: ModuleType, device: Any) -> tuple[int | None, str]:
+    """What the device can still give, and what says so ("free", "free under ulimit -v", ...).
 
-
-def free_bytes(torch: ModuleType, device: Any) -> int | None:
-    """What the device can still give: cudaMemGetInfo's free on CUDA, MemAvailable on the host."""
+    cudaMemGetInfo's free on CUDA; on the host the tightest of MemAvailable, the cgroup memory limit and
+    ulimit -v (kvplan.verify.host_memory).
+    """
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
-        return int(free)
-    return meminfo_available_bytes()
+        return int(free), "free"
+    headroom = host_headroom()
+    if headroom is None:
+        return None, "free"
+    return headroom.available_bytes, "free" if headroom.limit == "MemAvailable" else f"free under {headroom.limit}"
+
+
+# What the allocators say when they run out, lower-cased: CUDA ("CUDA out of memory", "CUDA error: out of
+# memory"), HIP, MPS and XPU ("... out of memory"), the CPU allocator ("DefaultCPUAllocator: can't allocate
+# memory: you tried to allocate 8589934592 bytes"), the C library ("Cannot allocate memory", errno 12),
+# cuBLAS workspaces (CUBLAS_STATUS_ALLOC_FAILED) and C++ (std::bad_alloc).
+_OOM_MESSAGES = (
+    "out of memory", "can't allocate memory", "cannot allocate memory", "cublas_status_alloc_failed",
+    "bad_alloc", "hiperroroutofmemory", "cudaerrormemoryallocation",
+)
 
 
 def is_oom(exc: BaseException) -> bool:
-    """torch.OutOfMemoryError, or the RuntimeError older builds and the CPU allocator raise."""
-    name = type(exc).__name__
-    return name == "OutOfMemoryError" or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
+    """An allocator that ran out: torch.OutOfMemoryError, MemoryError, or any error whose message says so."""
+    if type(exc).__name__ == "OutOfMemoryError" or isinstance(exc, MemoryError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, (RuntimeError, OSError)) and any(m in text for m in _OOM_MESSAGES)
 
 
 def release(torch: ModuleType, device: Any) -> None:

@@ -136,14 +136,14 @@ def _peak_bandwidth(torch: ModuleType, device: Any, gpu: str | None) -> tuple[in
     return spec.bandwidth_bytes_per_s, spec.bandwidth_source or f"{spec.display_name}: no bandwidth figure"
 
 
-def _refuse_if_too_big(setup: VerifySetup, need_bytes: int, free: int | None, device: str) -> None:
+def _refuse_if_too_big(setup: VerifySetup, need_bytes: int, free: int | None, device: str, free_what: str) -> None:
     cap = setup.request.gpu_mem_bytes
     limit = free if cap is None else (cap if free is None else min(free, cap))
     if limit is None or need_bytes <= limit:
         return
     kv = sum(setup.predicted_bytes_by_kind().values())
     fraction = max(0.01, int(limit / need_bytes * setup.request.fraction * 100) / 100)
-    source = "--gpu-mem" if cap is not None and (free is None or cap <= free) else "free"
+    source = "--gpu-mem" if cap is not None and (free is None or cap <= free) else free_what
     raise DeviceError(
         f"the planned KV cache ({fmt_bytes(kv)}) plus decode workspace ({fmt_bytes(need_bytes - kv)}) needs "
         f"{fmt_bytes(need_bytes)} but {device} has {fmt_bytes(limit)} {source}; nothing was allocated. "
@@ -207,10 +207,19 @@ def run_rank(setup: VerifySetup, *, rank: int = 0, world: int = 1, device_index:
     torch.manual_seed(0)
     predicted = setup.predicted_bytes_by_kind()
     workspace = workspace_bytes(setup)
-    free = free_bytes(torch, device)
-    _refuse_if_too_big(setup, sum(predicted.values()) + workspace, free, label)
+    free, free_what = free_bytes(torch, device)
+    _refuse_if_too_big(setup, sum(predicted.values()) + workspace, free, label, free_what)
 
-    check = run_check(torch, setup, device, reduce) if setup.request.check else None
+    try:
+        check = run_check(torch, setup, device, reduce) if setup.request.check else None
+    except Exception as exc:
+        release(torch, device)
+        if not is_oom(exc):
+            raise
+        raise DeviceError(
+            f"out of memory on {label} during the correctness check, before the planned cache was allocated; "
+            "memory freed. Pass --no-check, --fraction below 1, or lower --batch / --seq"
+        ) from None
 
     meter = ByteMeter(torch, device)
     caches: list[LayerCache | None] = []
@@ -267,7 +276,16 @@ def run_rank(setup: VerifySetup, *, rank: int = 0, world: int = 1, device_index:
     del dec
     release(torch, device)
     copy_bytes = (1 << 30) if device.type == "cuda" else (64 << 20)
-    copy_bw = copy_bandwidth(torch, device, copy_bytes)
+    try:
+        copy_bw = copy_bandwidth(torch, device, copy_bytes)
+    except Exception as exc:
+        release(torch, device)
+        if not is_oom(exc):
+            raise
+        raise DeviceError(
+            f"out of memory on {label} measuring copy bandwidth with two {fmt_bytes(copy_bytes)} buffers, after "
+            "the cache was measured; memory freed. Free some device memory and run again"
+        ) from None
     peak_bw, peak_src = _peak_bandwidth(torch, device, setup.request.gpu)
     return RankResult(
         rank=rank, world=world, device=label, kinds=kinds + extra, reserved_bytes=reserved,

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kvplan.cli.escape import ci_text, markup
 from kvplan.model.specs import LayerKind
 from kvplan.units import fmt_bytes
 from kvplan.verify.rank import RankResult
@@ -105,8 +106,8 @@ def _rank_dict(x: RankResult) -> dict[str, Any]:
 def render(setup: VerifySetup, results: list[RankResult], passed: bool, console: Console) -> None:
     r = setup.request
     console.print(
-        f"[bold]{setup.model.name}[/bold]: {setup.batch} x {setup.seq_tokens:,} tokens, KV {setup.kv_dtype.name}, "
-        f"{r.layout} (block {r.block_size}), tp={r.tp} pp={r.pp}"
+        f"[bold]{markup(setup.model.name)}[/bold]: {setup.batch} x {setup.seq_tokens:,} tokens, "
+        f"KV {setup.kv_dtype.name}, {r.layout} (block {r.block_size}), tp={r.tp} pp={r.pp}"
     )
     table = Table(title="KV cache: predicted vs measured, per rank")
     for col in ("rank", "kind", "layers", "predicted", "measured", "bytes", "match"):
@@ -131,7 +132,7 @@ def render(setup: VerifySetup, results: list[RankResult], passed: bool, console:
         check = "skipped" if c is None else (
             f"{'ok' if c.passed else 'FAILED'} (err {c.rel_error:.1e}, {c.seq_tokens} tok)"
         )
-        perf.add_row(str(x.rank), x.device, f"{d.step_seconds * 1e3:,.2f} ms", f"{d.tokens_per_s:,.1f}",
+        perf.add_row(str(x.rank), markup(x.device), f"{d.step_seconds * 1e3:,.2f} ms", f"{d.tokens_per_s:,.1f}",
                      fmt_bytes(d.kv_read_bytes_per_step), f"{bw / 1e9:,.2f}", f"{bw / x.copy_bandwidth_bytes_per_s:.0%}",
                      peak, f"{d.recompute_seconds * 1e3:,.1f} ms", f"{d.speedup:,.1f}x", fmt_bytes(d.peak_bytes), check)
     console.print(perf)
@@ -140,7 +141,7 @@ def render(setup: VerifySetup, results: list[RankResult], passed: bool, console:
         console.print(f"reserved by the CUDA allocator after allocation (includes slack): {fmt_bytes(x.reserved_bytes)}")
     console.print(f"device copy bandwidth: {x.copy_bandwidth_bytes_per_s / 1e9:,.1f} GB/s; peak: "
                   f"{'n/a' if not x.peak_bandwidth_bytes_per_s else f'{x.peak_bandwidth_bytes_per_s / 1e9:,.0f} GB/s'} "
-                  f"({x.peak_bandwidth_source})")
+                  f"({markup(x.peak_bandwidth_source)})")
     for note in list(setup.notices) + scope_notes(setup, results):
-        console.print(f"note: {note}", markup=False)
+        console.print(f"note: {ci_text(note)}", markup=False)
     console.print("[bold green]verified[/bold green]" if passed else "[bold red]MISMATCH[/bold red]")
