@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kvplan.capacity.deployment import Deployment, Parallelism, WeightsChoice, Workload
+from kvplan.capacity.deployment import BoxProfile, Deployment, Parallelism, WeightsChoice, Workload
 from kvplan.check.fields import fix_text
 from kvplan.check.model import CANNOT_EVALUATE, DOES_NOT_FIT, FITS, CheckResult, DeploymentRequest
 from kvplan.engines import ENGINES, get_engine
@@ -75,7 +75,8 @@ def _engine_options(req: DeploymentRequest, vllm_version: str) -> Any:
     return builders[req.engine]()
 
 
-def to_deployment(req: DeploymentRequest, *, offline: bool, vllm_version: str) -> Deployment:
+def to_deployment(req: DeploymentRequest, *, offline: bool, vllm_version: str,
+                  profile: BoxProfile | None = None) -> Deployment:
     """The deployment a request describes (raises KvplanError for what cannot be resolved)."""
     gpu = find_gpu(req.gpu or "")
     model = resolve_model(req.model or "", offline=offline, prefer_library=True).model
@@ -105,6 +106,7 @@ def to_deployment(req: DeploymentRequest, *, offline: bool, vllm_version: str) -
         weights=weights,
         kv_cache_dtype=req.kv_cache_dtype or "auto",
         instances=max(1, (req.num_gpus or per_instance) // per_instance),
+        profile=profile,
     )
 
 
@@ -121,6 +123,7 @@ def evaluate(
     offline: bool = False,
     min_margin: float | None = None,
     vllm_version: str = "current",
+    profile: BoxProfile | None = None,
 ) -> CheckResult:
     """The verdict for one deployment request."""
     if req.unresolved:
@@ -129,7 +132,7 @@ def evaluate(
     if req.engine not in CHECKED_ENGINES or req.engine not in ENGINES:
         return CheckResult(req, CANNOT_EVALUATE, reason=f"engine '{req.engine}' has no capacity model in kvplan")
     try:
-        d = to_deployment(req, offline=offline, vllm_version=vllm_version)
+        d = to_deployment(req, offline=offline, vllm_version=vllm_version, profile=profile)
     except KvplanError as exc:
         return CheckResult(req, CANNOT_EVALUATE, reason=exc.message)
     engine = get_engine(req.engine)

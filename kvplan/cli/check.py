@@ -21,6 +21,9 @@ def check(
     ] = None,
     offline: Annotated[bool, typer.Option("--offline", help="Never touch the network: bundled library only.")] = False,
     vllm_version: Annotated[str, typer.Option("--vllm-version", help="vLLM behaviour: current or 0.19.")] = "current",
+    profile: Annotated[
+        str | None, typer.Option("--profile", help="The box's measured terms (kvplan calibrate --save).")
+    ] = None,
 ) -> None:
     """Fail the CI job when a deployment will not fit its GPUs.
 
@@ -36,9 +39,14 @@ def check(
         raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
     if min_margin is not None and not 0 <= min_margin < 1:
         raise InputError(f"--min-margin must be a fraction in [0, 1), got {min_margin}")
+    box = None
+    if profile is not None:
+        from kvplan.calibrate.profile import load_profile
+
+        box = load_profile(profile)
     requests, failures = load_requests(paths, default_gpu=gpu)
     results = failures + [
-        evaluate(r, offline=offline, min_margin=min_margin, vllm_version=vllm_version)
+        evaluate(r, offline=offline, min_margin=min_margin, vllm_version=vllm_version, profile=box)
         for r in requests
     ]
     if output_format == "human":
