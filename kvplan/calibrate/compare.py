@@ -126,7 +126,9 @@ def _resolve_model(log: StartupLog, model: str | None, offline: bool) -> tuple[M
     return None, f"the model resolves nowhere ({'; '.join(errors)}); give a Hub id, library name or config with --model"
 
 
-def _gpu(log: StartupLog, gpu: str | None) -> tuple[GpuSpec | None, str | None]:
+def _gpu(log: StartupLog, gpu: str | GpuSpec | None) -> tuple[GpuSpec | None, str | None]:
+    if isinstance(gpu, GpuSpec):
+        return gpu, None
     if gpu:
         return find_gpu(gpu), None
     name = log.settings.device_name
@@ -211,7 +213,7 @@ def _weights(log: StartupLog) -> tuple[WeightsChoice, list[str]]:
     return WeightsChoice(dtype=dtype, quantization=quantization, cpu_offload_bytes=offload), notes
 
 
-def deployment_for(log: StartupLog, *, model: str | None = None, gpu: str | None = None,
+def deployment_for(log: StartupLog, *, model: str | None = None, gpu: str | GpuSpec | None = None,
                    version: str | None = None, offline: bool = False
                    ) -> tuple[Deployment | None, str | None, list[str]]:
     """The deployment the log ran, or why it cannot be built (and what to pass)."""
@@ -384,9 +386,10 @@ def _plan(d: Deployment) -> tuple[Verdict | None, str | None]:
         return None, f"kvplan cannot plan what the log ran: {exc.message}"
 
 
-def calibrate(log: StartupLog, *, model: str | None = None, gpu: str | None = None, version: str | None = None,
-              offline: bool = False) -> Report:
-    """Compare `log` with kvplan's plan of the same deployment, and replay it with the box's profile."""
+def calibrate(log: StartupLog, *, model: str | None = None, gpu: str | GpuSpec | None = None,
+              version: str | None = None, offline: bool = False) -> Report:
+    """Compare `log` with kvplan's plan of the same deployment, and replay it with the box's profile. `gpu`: a
+    name, or a card of a given size (custom_gpu) when the log's GPU is not one kvplan knows."""
     d, why, notes = deployment_for(log, model=model, gpu=gpu, version=version, offline=offline)
     v = replayed = None
     profile: BoxProfile | None = None
