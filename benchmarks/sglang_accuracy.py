@@ -32,6 +32,7 @@ from kvplan.calibrate.compare import calibrate  # noqa: E402
 from kvplan.calibrate.formats import read_log  # noqa: E402
 from kvplan.calibrate.log import StartupLog  # noqa: E402
 from kvplan.engines.release import parse_release  # noqa: E402
+from kvplan.engines.sglang import SglangOptions  # noqa: E402
 from kvplan.engines.sglang_releases import release_of, rules_for  # noqa: E402
 from kvplan.errors import KvplanError  # noqa: E402
 from kvplan.hardware.gpus import custom_gpu  # noqa: E402
@@ -166,7 +167,10 @@ def evaluate(rec: dict, aliases: dict) -> Row:
         row.reason = report.unpredicted or "not planned"
         return row
     d = report.deployment
-    rules = rules_for(release_of(d.engine.version))
+    options = d.engine
+    if not isinstance(options, SglangOptions):
+        raise TypeError("an SGLang log plans as SGLang")
+    rules = rules_for(release_of(options.version))
     if report.profile is not None and free is not None:
         replay = plan(replace(d, profile=report.profile))
         row.a_tokens, row.a_kv = _pool(replay)
@@ -176,9 +180,9 @@ def evaluate(rec: dict, aliases: dict) -> Row:
         row.called, row.predicted = _called(log.outcome, report.verdict)
     elif free is None:
         row.reason = "the log prints no free memory and the record names no GPU"
-    defaults = plan(replace(d, engine=replace(d.engine, mem_fraction_static=None)))
+    defaults = plan(replace(d, engine=replace(options, mem_fraction_static=None)))
     row.fraction_rule = defaults.account.detail["mem_fraction_static"]
-    row.fraction_logged = d.engine.mem_fraction_static
+    row.fraction_logged = options.mem_fraction_static
     row.release = f"{release} ({rules.label}+ rules)"
     return row
 

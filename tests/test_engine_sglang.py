@@ -270,3 +270,17 @@ def test_calibration_range_is_stated():
     assert inside.calibration.in_range
     outside = plan(_d("meta-llama/Llama-3.1-8B-Instruct", gpu=find_gpu("A10"))).account.calibration
     assert not outside.in_range and any("A10" in o for o in outside.outside)
+
+
+def test_sglang_version_flag(runner):
+    from tests.conftest import run_cli, run_json
+
+    doc = run_json(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "8192", "--gpu", "H100",
+                   "--engine", "sglang", "--sglang-version", "0.4.3")
+    g = doc["gpus"][0]
+    assert g["engine_version"] == "0.4.3" and g["engine_detail"]["mem_fraction_static"] == 0.88
+    r = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--engine", "sglang",
+                "--sglang-version", "0.2.9")
+    assert r.exit_code == 2 and "--sglang-version 0.2.9: kvplan models SGLang from 0.3.0" in r.output
+    r = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--sglang-version", "0.4.3")
+    assert r.exit_code == 2 and "vllm's counterpart is --vllm-version" in r.output

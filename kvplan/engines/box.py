@@ -12,7 +12,7 @@ A term that does not hold falls back to the engine model's own figure; the notes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvplan.capacity.deployment import BoxProfile, Deployment
 from kvplan.errors import InputError
@@ -29,11 +29,6 @@ class BoxTerms:
     weights_bytes: int | None = None
     activation_peak_bytes: int | None = None
     notes: tuple[str, ...] = ()
-
-    @property
-    def any(self) -> bool:
-        return any(v is not None for v in (self.total_memory_bytes, self.non_torch_bytes, self.cuda_graph_bytes,
-                                           self.weights_bytes, self.activation_peak_bytes))
 
 
 NO_TERMS = BoxTerms()
@@ -95,5 +90,4 @@ def box_terms(profile: BoxProfile | None, d: Deployment, *, max_num_batched_toke
         notes.append(f"measured on this box ({profile.source}): {', '.join(used)}")
     if why_not:
         notes.append("other terms are modelled: " + "; ".join(why_not))
-    return BoxTerms(terms.total_memory_bytes, terms.non_torch_bytes, terms.cuda_graph_bytes, terms.weights_bytes,
-                    terms.activation_peak_bytes, tuple(notes))
+    return replace(terms, notes=tuple(notes))

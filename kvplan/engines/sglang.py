@@ -493,6 +493,9 @@ class SglangEngine:
             notes.append(f"the Mamba/linear-attention state pool holds {r.mamba_slots:,} request slots of "
                          f"{r.state_bytes:,} B, taken off the KV memory first")
         notes.extend(r.notes)
+        checked = calibration(d, r.defaults.release)
+        if not checked.in_range:
+            notes.append(f"outside the logs SGLang was checked on ({'; '.join(checked.outside)}): {checked.error_band}")
         return EngineAccount(
             engine=self.name,
             version=version,
@@ -509,7 +512,7 @@ class SglangEngine:
             log_lines=tuple(lines) if refusal is None else (*lines, f"Error: {refusal.message}"),
             notes=tuple(notes),
             detail=r.to_dict(),
-            calibration=calibration(d, r.defaults.release),
+            calibration=checked,
             per_request_at=per_request,
         )
 

@@ -242,6 +242,8 @@ class TrtllmEngine:
             notes.append(f"max_tokens {o.max_tokens:,} caps the {lim.tokens:,} tokens the memory holds (the smaller "
                          "of the two wins)")
         notes.extend(box.notes)
+        notes.append("not calibrated: no TensorRT-LLM start-up log with its weights, peak and free memory was found "
+                     "to check these figures against; their error is unknown")
         detail: dict[str, Any] = {
             "free_gpu_memory_fraction": fraction,
             "tokens_per_block": tpb,
