@@ -365,6 +365,14 @@ def test_vllm_calibrate_save_then_estimate_reproduces_the_log(runner, tmp_path):
     assert abs(doc["gpus"][0]["available_kv_cache_bytes"] - _gib(5.01)) <= 0.005 * _gib(5.01)
 
 
+def test_calibrate_reads_stdin(runner):
+    from kvplan.cli import app
+
+    text = (DATA / "vllm-0.19-h100-codellama-7b.log").read_text()
+    doc = json.loads(runner.invoke(app, ["calibrate", "-", "--json", "--offline"], input=text).stdout)
+    assert doc["logs"][0]["source"] == "stdin" and doc["logs"][0]["engine_version"] == "0.19.0"
+
+
 def test_calibrate_errors_are_one_line(runner, tmp_path):
     r = run_cli(runner, "calibrate", str(tmp_path / "missing.log"))
     assert r.exit_code == 2 and r.output.startswith("Error: cannot read log") and r.output.count("\n") == 1

@@ -51,7 +51,7 @@ def _tp_table(tp8: float) -> FractionRule:
 
     def rule(i: FractionInputs) -> Fraction:
         value = next(v for at_least, v in table if i.tp >= at_least)
-        return Fraction(value, None, f"SGLang's table by tensor parallelism (tp {i.tp}: {value})")
+        return Fraction(value, None, f"SGLang's table by tensor parallelism, {value} at tp {i.tp}")
 
     return rule
 
