@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kvplan.capacity.deployment import Deployment, EngineOptions, Parallelism, WeightsChoice, Workload
+from kvplan.capacity.deployment import BoxProfile, Deployment, EngineOptions, Parallelism, WeightsChoice, Workload
 from kvplan.capacity.kv import KvEstimate, KvRequest, estimate_kv
 from kvplan.capacity.weights import WeightEstimate, estimate_weights
 from kvplan.engines import get_engine
@@ -71,6 +71,7 @@ class EstimateRequest:
     weights: WeightsChoice = field(default_factory=WeightsChoice)
     kv_cache_dtype: str = "auto"
     engine: EngineOptions = field(default_factory=VllmOptions)
+    profile: BoxProfile | None = None  # terms measured on the user's box (kvplan calibrate --save)
 
 
 @dataclass(frozen=True)
@@ -127,15 +128,31 @@ def _checkpoint_from_hub(source: ModelSource, model: ModelSpec) -> WeightsChoice
     )
 
 
+def profile_gpu(profile: BoxProfile) -> GpuSpec | None:
+    """The GPU a profile was measured on: its catalog card, else a card of its measured total."""
+    if profile.gpu_name:
+        try:
+            return find_gpu(profile.gpu_name)
+        except InputError:
+            pass
+    if profile.total_memory_bytes:
+        return custom_gpu(profile.total_memory_bytes, name=profile.gpu_name or "profiled box")
+    return None
+
+
 def deployments(req: EstimateRequest, model: ModelSpec) -> tuple[list[Deployment], bool]:
-    """One deployment per GPU the request plans for."""
+    """One deployment per GPU the request plans for (with a profile and no GPU named: the profiled box)."""
     engine = get_engine(req.engine.engine)
-    cards, named = req.gpu.gpus()
+    box = profile_gpu(req.profile) if req.profile is not None else None
+    if box is not None and not req.gpu.names and req.gpu.memory_bytes is None:
+        cards, named = [box], True
+    else:
+        cards, named = req.gpu.gpus()
     instances = instances_for(req.gpu.num_gpus, engine.gpus_per_instance(req.parallelism))
     out = [
         Deployment(
             model=model, gpu=card, engine=req.engine, workload=req.workload, parallelism=req.parallelism,
-            weights=req.weights, kv_cache_dtype=req.kv_cache_dtype, instances=instances,
+            weights=req.weights, kv_cache_dtype=req.kv_cache_dtype, instances=instances, profile=req.profile,
         )
         for card in cards
     ]
@@ -242,6 +259,7 @@ def _document(r: EstimateResult) -> dict[str, Any]:
             "num_gpus": req.gpu.num_gpus,
             "engine": req.engine.engine,
             "engine_options": engine_options,
+            "profile": None if req.profile is None else req.profile.source,
         },
         "fits": r.fits,
         "reason": reason(first) if r.gpu_named and len(r.results) == 1 else None,

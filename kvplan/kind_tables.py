@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kvplan.capacity import kv
-from kvplan.engines import sglang, transformers, vllm_kv
+from kvplan.engines import sglang, transformers, trtllm, vllm_kv
 from kvplan.model import parse, specs
 from kvplan.model.kinds import LayerKind
 from kvplan.verify import alloc, decode
@@ -20,6 +20,7 @@ KIND_TABLES: tuple[tuple[str, Mapping[LayerKind, object]], ...] = (
     ("kvplan.engines.vllm_kv.KIND_RULES", vllm_kv.KIND_RULES),
     ("kvplan.engines.sglang.KIND_RULES", sglang.KIND_RULES),
     ("kvplan.engines.transformers.KIND_RULES", transformers.KIND_RULES),
+    ("kvplan.engines.trtllm.KIND_RULES", trtllm.KIND_RULES),
     ("kvplan.verify.alloc.ALLOCATORS", alloc.ALLOCATORS),
     ("kvplan.verify.alloc.FIRST_VISIBLE", alloc.FIRST_VISIBLE),
     ("kvplan.verify.decode.ATTENTION_HEADS", decode.ATTENTION_HEADS),

@@ -1,19 +1,21 @@
-"""The SGLang engine model, anchored to SGLang's own rules (server_args.py, model_runner.py) with derivations."""
+"""The SGLang engine model, anchored to SGLang's own rules per release (docs/engine-rules.md part 2), with the
+derivation of each figure in a comment."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvplan.capacity.deployment import Deployment, Parallelism, Workload
+from kvplan.capacity.deployment import BoxProfile, Deployment, Parallelism, Workload
 from kvplan.engines.sglang import (
     CONTEXT_BYTES,
     MAMBA_FULL_MEMORY_RATIO,
-    SWA_FULL_TOKENS_RATIO,
     SglangEngine,
     SglangOptions,
     gpu_defaults,
+    max_running_requests,
     plan_sglang,
 )
+from kvplan.engines.sglang_releases import release_of, rules_for
 from kvplan.engines.vllm_memory import weights_per_stage
 from kvplan.errors import FieldError
 from kvplan.hardware.gpus import custom_gpu, find_gpu
@@ -22,6 +24,9 @@ from kvplan.sources.resolve import resolve_model
 from kvplan.units import GiB
 
 GPU = custom_gpu(80 * GiB)
+H100 = find_gpu("H100").total_memory_bytes  # 81,089.375 MiB (CUDA's total)
+L4 = find_gpu("L4").total_memory_bytes  # 23,034 MiB (nvidia-smi)
+H200 = find_gpu("H200").total_memory_bytes  # 143,771 MiB (nvidia-smi)
 
 
 def _model(name):
@@ -36,24 +41,81 @@ def _d(name, gpu=GPU, length=8192, concurrency=1, fraction=0.85, **kw):
     )
 
 
-def test_default_fraction_on_h100_follows_the_reserve_rule():
-    # _handle_gpu_memory_settings: the H100's 85,028,372,480 B are 81,089.375 MiB, the 60-160 GiB class:
-    # chunked_prefill_size 8,192 and cuda_graph_max_bs 256 at tp < 4. Reserve 512 + 1.5 x 8,192 + 2 x 256 +
-    # 1 x 1 / 8 x 1,024 = 13,440 MiB (above the 10,240 floor); (81,089.375 - 13,440) / 81,089.375 = 0.834.
-    d = gpu_defaults(find_gpu("H100").total_memory_bytes, SglangOptions(), Parallelism())
+def _fraction(total, version="current", **parallel):
+    return gpu_defaults(total, SglangOptions(version=version), Parallelism(**parallel)).mem_fraction_static
+
+
+@pytest.mark.parametrize(("version", "tp", "expected"), [
+    # 0.3.0-0.4.5: by tensor parallelism only; the tp >= 8 value moved 0.83 -> 0.82 (0.3.6) -> 0.81 (0.4.0).
+    ("0.3.4", 1, 0.88), ("0.3.4", 2, 0.87), ("0.3.4", 4, 0.85), ("0.3.4", 8, 0.83), ("0.3.6", 8, 0.82),
+    ("0.4.3.post4", 8, 0.81), ("0.4.3", 16, 0.79),
+    # 0.4.6: a card up to 80 GiB keeps the table.
+    ("0.4.6", 1, 0.88),
+    # 0.4.9-0.5.1: reserve (9.5 + tp / 2) GiB below 90 GiB: tp 1 -> 10,240 MiB -> round(70,849.4 / 81,089.4, 3)
+    # = 0.874; tp 8 -> 13,824 MiB -> round(67,265.4 / 81,089.4, 3) = 0.830.
+    ("0.4.9", 1, 0.874), ("0.5.1", 8, 0.830),
+    # 0.5.3+: 512 + 1.5 x 8,192 + 2 x 256 + 1 / 8 x 1,024 = 13,440 MiB -> round(67,649.4 / 81,089.4, 3) = 0.834;
+    # tp 8 takes cuda_graph_max_bs 512: 512 + 12,288 + 1,024 + 1,024 = 14,848 -> 0.817.
+    ("0.5.3", 1, 0.834), ("0.5.13.post1", 8, 0.817), ("current", 1, 0.834),
+])
+def test_default_fraction_on_h100_per_release(version, tp, expected):
+    assert _fraction(H100, version, tp=tp) == expected
+
+
+def test_default_fraction_on_big_cards_per_release():
+    # 0.4.6: above 80 GiB, 13 GiB reserved: (143,771 - 13,312) / 143,771 = 0.907407... (not rounded).
+    assert _fraction(H200, "0.4.6") == pytest.approx((143_771 - 13 * 1024) / 143_771)
+    # 0.4.9: 90-160 GiB class: (12 + 1 / 2) x 1,024 = 12,800 MiB -> round(130,971 / 143,771, 3) = 0.911.
+    assert _fraction(H200, "0.4.9") == 0.911
+    # 0.5.3: the reserve is 13,440 MiB (above the 10 GiB floor): round(130,331 / 143,771, 3) = 0.907.
+    assert _fraction(H200, "0.5.3") == 0.907
+
+
+def test_default_fraction_on_a_24_gb_card():
+    # L4, 23,034 MiB (20-35 GiB class), tp 1.
+    # 0.5.3-0.5.20: chunk 2,048, graphs 16 -> 512 + 3,072 + 32 + 128 = 3,744 MiB -> round(19,290 / 23,034, 3)
+    # = 0.837; tp 4: graphs 80, 4 / 8 x 1,024 = 512 -> 512 + 3,072 + 160 + 512 = 4,256 -> 0.815.
+    d = gpu_defaults(L4, SglangOptions(version="0.5.13"), Parallelism())
     assert (d.chunked_prefill_size, d.cuda_graph_max_bs, d.reserved_mib, d.mem_fraction_static) == (
-        8192, 256, 13_440, 0.834
-    )
+        2048, 16, 3_744, 0.837)
+    assert _fraction(L4, "0.5.13", tp=4) == 0.815
+    # 0.5.23: chunk 4,096 and graphs 48 -> 512 + 6,144 + 96 + 128 = 6,880 -> round(16,154 / 23,034, 3) = 0.701;
+    # tp 4: graphs 160 -> 512 + 6,144 + 320 + 512 = 7,488 -> round(15,546 / 23,034, 3) = 0.675.
+    d = gpu_defaults(L4, SglangOptions(), Parallelism())
+    assert (d.chunked_prefill_size, d.cuda_graph_max_bs, d.reserved_mib, d.mem_fraction_static) == (
+        4096, 48, 6_880, 0.701)
+    assert _fraction(L4, tp=4) == 0.675
+    # 0.4.3: below 25,000 MiB chunk 2,048 (graphs 8 at tp < 4), and the fraction from the TP table: 0.85 at tp 4.
+    d = gpu_defaults(L4, SglangOptions(version="0.4.3"), Parallelism(tp=4))
+    assert (d.chunked_prefill_size, d.cuda_graph_max_bs, d.mem_fraction_static) == (2048, 80, 0.85)
 
 
-def test_default_fraction_on_a_24_gb_card_and_at_tp_4():
-    # L4: 23,034 MiB, the 20-35 GiB class: chunk 2,048, graphs 24 (tp < 4) -> reserve 512 + 3,072 + 48 + 128 =
-    # 3,760 MiB, no floor below 60 GiB: (23,034 - 3,760) / 23,034 = 0.83676... -> 0.837.
-    d = gpu_defaults(find_gpu("L4").total_memory_bytes, SglangOptions(), Parallelism())
-    assert (d.cuda_graph_max_bs, d.reserved_mib, d.mem_fraction_static) == (24, 3_760, 0.837)
-    # tp 4: graphs 80, and tp x pp / 8 x 1,024 = 512 -> 512 + 3,072 + 160 + 512 = 4,256 -> 0.815.
-    d4 = gpu_defaults(find_gpu("L4").total_memory_bytes, SglangOptions(), Parallelism(tp=4))
-    assert (d4.reserved_mib, d4.mem_fraction_static) == (4_256, 0.815)
+def test_multimodal_fraction_per_release():
+    gemma = _model("google/gemma-3-4b-it")  # Gemma3ForConditionalGeneration: SGLang serves it as multimodal
+    text = _model("meta-llama/Llama-3.1-8B-Instruct")
+    # 0.3-0.4.x: ModelRunner multiplies the fraction by 0.95: 0.88 x 0.95 = 0.836, a user's fraction too.
+    assert gpu_defaults(H200, SglangOptions(version="0.4.4"), Parallelism(), gemma).mem_fraction_static == \
+        pytest.approx(0.836)
+    assert gpu_defaults(H200, SglangOptions(version="0.4.4", mem_fraction_static=0.8), Parallelism(),
+                        gemma).mem_fraction_static == pytest.approx(0.76)
+    assert gpu_defaults(H200, SglangOptions(version="0.4.4"), Parallelism(), text).mem_fraction_static == 0.88
+    # 0.4.9-0.5.1: the default only, x 0.90: round(130,971 / 143,771, 3) x 0.9 = 0.911 x 0.9 = 0.8199.
+    assert gpu_defaults(H200, SglangOptions(version="0.5.1"), Parallelism(), gemma).mem_fraction_static == \
+        pytest.approx(0.8199)
+    # 0.5.3+: adjust_mem_fraction_for_vlm, the default x 0.95 (x a ViT factor kvplan takes as 1): 0.907 x 0.95.
+    assert gpu_defaults(H200, SglangOptions(), Parallelism(), gemma).mem_fraction_static == pytest.approx(0.86165)
+    assert gpu_defaults(H200, SglangOptions(mem_fraction_static=0.8), Parallelism(),
+                        gemma).mem_fraction_static == 0.8
+
+
+def test_release_ranges_and_bad_versions():
+    assert rules_for(release_of("0.5.13.post1")).first == (0, 5, 3)
+    assert rules_for(release_of("0.4.8.post1")).first == (0, 4, 6)
+    assert rules_for(release_of("0.9.0")).first == (0, 5, 23)  # newer than any read: the newest rules
+    with pytest.raises(FieldError, match="from 0.3.0"):
+        SglangOptions(version="0.2.14").validate()
+    with pytest.raises(FieldError, match="SGLang release"):
+        SglangOptions(version="newest").validate()
 
 
 def test_token_pool_formula_llama():
@@ -68,10 +130,16 @@ def test_token_pool_formula_llama():
     assert r.max_total_num_tokens == rest // 131_072
 
 
-def test_page_size_rounds_down():
+def test_page_size_rounds_down_and_backends_force_it():
     r = plan_sglang(_d("meta-llama/Llama-3.1-8B-Instruct", page_size=64))
     one = plan_sglang(_d("meta-llama/Llama-3.1-8B-Instruct"))
     assert r.max_total_num_tokens == one.max_total_num_tokens // 64 * 64
+    # FlashMLA pages are 64 tokens whatever --page-size says (0.5.3+); 0.4.x had no such override.
+    mla = plan_sglang(_d("deepseek-ai/DeepSeek-V2-Lite", page_size=1, attention_backend="flashmla"))
+    assert mla.page_size == 64 and mla.max_total_num_tokens % 64 == 0
+    old = plan_sglang(_d("deepseek-ai/DeepSeek-V2-Lite", page_size=1, attention_backend="flashmla",
+                         version="0.4.3"))
+    assert old.page_size == 1
 
 
 def test_mla_not_divided_by_tp():
@@ -80,26 +148,80 @@ def test_mla_not_divided_by_tp():
     assert plan_sglang(_d("deepseek-ai/DeepSeek-V2-Lite", parallelism=Parallelism(tp=2))).cell_size_bytes == 31_104
 
 
-def test_sliding_window_pool():
+def test_sliding_window_pool_from_0_5_3():
     r = plan_sglang(_d("google/gemma-2-9b-it"))
     # 21 full + 21 sliding layers, 8 KV heads x 256 x 2 x 2 B = 8,192 B per layer per token.
     assert r.cell_size_bytes == r.swa_cell_size_bytes == 21 * 8192
-    assert r.max_total_num_tokens == int(r.available_kv_bytes // (21 * 8192 * (1 + SWA_FULL_TOKENS_RATIO)))
-    assert r.swa_max_total_num_tokens == int(r.max_total_num_tokens * SWA_FULL_TOKENS_RATIO)
+    # set_num_token_hybrid: every layer's tokens N = rest // (42 x 8,192 B), then full = int(N x 42 /
+    # (0.8 x 21 + 21)) and sliding = int(full x 0.8).
+    every = r.available_kv_bytes // (42 * 8192)
+    assert r.max_total_num_tokens == int(every * 42 / (0.8 * 21 + 21))
+    assert r.swa_max_total_num_tokens == int(r.max_total_num_tokens * 0.8)
+    # Before 0.5.3 every layer keeps every token in one pool: N = rest // (42 x 8,192 B).
+    old = plan_sglang(_d("google/gemma-2-9b-it", version="0.4.6"))
+    assert (old.cell_size_bytes, old.swa_cell_size_bytes) == (42 * 8192, 0)
+    assert old.max_total_num_tokens == old.available_kv_bytes // (42 * 8192)
 
 
-def test_mamba_state_pool_is_counted():
-    # Nemotron-H-56B: Mamba2 layers hold constant state; the state pool gets 0.9 / 1.9 of `rest`, the attention
-    # tokens the remaining 1 / 1.9, and every request takes one state slot.
+def test_mamba_state_pool_per_release():
+    # Nemotron-H-56B: Mamba2 layers hold constant state per request (S bytes), taken off `rest` first.
     d = _d("nvidia/Nemotron-H-56B-Base-8K", gpu=custom_gpu(192 * GiB), length=8192)
     r = plan_sglang(d)
-    assert r.state_bytes > 0
-    mamba = round(r.available_kv_bytes * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO))
-    assert r.mamba_slots == mamba // r.state_bytes
-    assert r.max_total_num_tokens == (r.available_kv_bytes - mamba) // r.cell_size_bytes
+    s = r.state_bytes
+    assert s > 0
+    # 0.5.23: the state budget is rest x 0.9 / 1.9, the slots (budget - S) // S; the rest is token slots.
+    budget = r.available_kv_bytes * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO)
+    assert r.mamba_slots == int((budget - s) // s)
+    assert r.max_total_num_tokens == (r.available_kv_bytes - r.mamba_slots * s) // r.cell_size_bytes
     v = plan(d)
     assert [u.pool.name for u in v.pools] == ["full-attention tokens", "state slots"]
     assert v.max_requests == min(r.max_total_num_tokens // 8192, r.mamba_slots, v.account.request_cap)
+    # 0.5.3: max_mamba_cache_size = --max-running-requests when given (16 here), else 512.
+    fixed = plan_sglang(_d("nvidia/Nemotron-H-56B-Base-8K", gpu=custom_gpu(192 * GiB), version="0.5.13",
+                           max_running_requests=16))
+    assert fixed.mamba_slots == 16
+    assert fixed.max_total_num_tokens == (fixed.available_kv_bytes - 16 * s) // fixed.cell_size_bytes
+
+
+def test_max_running_requests_default_per_release():
+    # Qwen2.5-32B (QwQ-32B's architecture) at context 131,072: the request table holds min(max(int(N / 131,072
+    # x 512), 2,048), 4,096) = 2,048; 0.4.x adds the table's spare slot (2,049, as the 0.4.3 log on 4 x L4 shows).
+    d = _d("Qwen/Qwen2.5-32B", gpu=find_gpu("L4"), length=131072, fraction=0.85,
+           parallelism=Parallelism(tp=4), version="0.4.3")
+    r = plan_sglang(d)
+    assert max_running_requests(r, d.engine, d.parallelism, 131072) == min(r.max_total_num_tokens // 2, 2049)
+    new = _d("Qwen/Qwen2.5-7B-Instruct", length=32768, fraction=0.82, version="0.5.13")
+    r = plan_sglang(new)
+    table = min(max(int(r.max_total_num_tokens / 32768 * 512), 2048), 4096)
+    assert max_running_requests(r, new.engine, new.parallelism, 32768) == min(r.max_total_num_tokens // 2, table)
+
+
+def test_refusal_words_per_release():
+    # A fraction too small for the weights: rest < 0.
+    old = plan(_d("meta-llama/Llama-3.1-8B-Instruct", fraction=0.1, version="0.4.3"))
+    assert old.account.refusal.message == "Not enough memory. Please try to increase --mem-fraction-static."
+    mid = plan(_d("meta-llama/Llama-3.1-8B-Instruct", fraction=0.1, version="0.5.13"))
+    assert mid.account.refusal.message.endswith("Current value: self.server_args.mem_fraction_static=0.1")
+    new = plan(_d("meta-llama/Llama-3.1-8B-Instruct", fraction=0.1))
+    assert new.account.refusal.message.startswith(
+        "Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.1.")
+
+
+def test_profile_replaces_total_context_and_weights():
+    # A box that measured 1.25 GiB in use before loading and 15.54 GiB of weights.
+    profile = BoxProfile(source="box.log", engine="sglang", gpu_name="L4", total_memory_bytes=L4,
+                         non_torch_bytes=round(1.25 * GiB), weights_bytes=round(15.54 * GiB), tp=4,
+                         model="Qwen/Qwen2.5-32B")
+    base = _d("Qwen/Qwen2.5-32B", gpu=find_gpu("L4"), length=131072, parallelism=Parallelism(tp=4))
+    r = plan_sglang(Deployment(**{**base.__dict__, "profile": profile}))
+    free_before = L4 - round(1.25 * GiB)
+    assert (r.free_before_load_bytes, r.weights_bytes) == (free_before, round(15.54 * GiB))
+    assert r.available_kv_bytes == free_before - round(15.54 * GiB) - round(free_before * 0.15)
+    # Another tp: the weights and the memory in use before loading are not this box's any more.
+    other = Deployment(**{**base.__dict__, "profile": profile, "parallelism": Parallelism(tp=2)})
+    r2 = plan_sglang(other)
+    assert r2.free_before_load_bytes == L4 - CONTEXT_BYTES
+    assert any("tp 4" in n for n in r2.notes)
 
 
 def test_pipeline_stages_limit_the_pool():
@@ -121,6 +243,16 @@ def test_dp_attention_keeps_the_mla_latent_per_dp_rank():
     assert SglangEngine().gpus_per_instance(d.parallelism) == 8
 
 
+def test_dp_attention_reserve_per_release():
+    # 0.5.3+, H200 tp 8, dp 8 with DP attention: graphs 512 at tp >= 4 -> 512 + 12,288 + 1,024 + 1,024 = 14,848,
+    # + 512 x 8 x 3 = 12,288, + 512 x 8 x 1.5 = 6,144 (max_bs > 300) -> 33,280 MiB -> round(110,491 / 143,771, 3).
+    d = gpu_defaults(H200, SglangOptions(), Parallelism(tp=8, dp=8, dp_attention=True))
+    assert d.reserved_mib == 33_280 and d.mem_fraction_static == round((143_771 - 33_280) / 143_771, 3)
+    # 0.4.9: + 4 GiB: (12 + 8 / 2) x 1,024 + 4,096 = 20,480 MiB.
+    d = gpu_defaults(H200, SglangOptions(version="0.4.9"), Parallelism(tp=8, dp=8, dp_attention=True))
+    assert d.reserved_mib == 20_480
+
+
 def test_refusals_name_the_field():
     v = plan(_d("meta-llama/Llama-3.1-8B-Instruct", kv_cache_dtype="fp8"))
     assert v.limit == "kv_dtype" and v.account.refusal.field == "kv_cache_dtype"
@@ -131,3 +263,24 @@ def test_refusals_name_the_field():
 def test_bad_fraction():
     with pytest.raises(FieldError, match="mem_fraction_static"):
         plan(_d("meta-llama/Llama-3.1-8B-Instruct", fraction=1.5))
+
+
+def test_calibration_range_is_stated():
+    inside = plan(_d("meta-llama/Llama-3.1-8B-Instruct", gpu=find_gpu("H100"), version="0.5.13")).account
+    assert inside.calibration.in_range
+    outside = plan(_d("meta-llama/Llama-3.1-8B-Instruct", gpu=find_gpu("A10"))).account.calibration
+    assert not outside.in_range and any("A10" in o for o in outside.outside)
+
+
+def test_sglang_version_flag(runner):
+    from tests.conftest import run_cli, run_json
+
+    doc = run_json(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "8192", "--gpu", "H100",
+                   "--engine", "sglang", "--sglang-version", "0.4.3")
+    g = doc["gpus"][0]
+    assert g["engine_version"] == "0.4.3" and g["engine_detail"]["mem_fraction_static"] == 0.88
+    r = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--engine", "sglang",
+                "--sglang-version", "0.2.9")
+    assert r.exit_code == 2 and "--sglang-version 0.2.9: kvplan models SGLang from 0.3.0" in r.output
+    r = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--sglang-version", "0.4.3")
+    assert r.exit_code == 2 and "vllm's counterpart is --vllm-version" in r.output

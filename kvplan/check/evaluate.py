@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from kvplan.capacity.deployment import Deployment, Parallelism, WeightsChoice, Workload
+from kvplan.capacity.deployment import BoxProfile, Deployment, Parallelism, WeightsChoice, Workload
 from kvplan.capacity.weights import RUNTIME_QUANTIZATIONS
 from kvplan.check.fields import fix_text, request_field
 from kvplan.check.model import CANNOT_EVALUATE, DOES_NOT_FIT, FITS, CheckResult, DeploymentRequest
@@ -102,7 +102,8 @@ def _gpus_per_instance_given(req: DeploymentRequest) -> int | None:
     return req.num_gpus // max(1, req.replicas) if req.source_format == "kvplan" else req.num_gpus
 
 
-def to_deployment(req: DeploymentRequest, *, offline: bool, vllm_version: str) -> Deployment:
+def to_deployment(req: DeploymentRequest, *, offline: bool, vllm_version: str,
+                  profile: BoxProfile | None = None) -> Deployment:
     """The deployment a request describes (raises KvplanError for what cannot be resolved)."""
     gpu = _gpu(req)
     model = resolve_model(req.model or "", offline=offline, prefer_library=True, explicit_paths_only=True).model
@@ -129,6 +130,7 @@ def to_deployment(req: DeploymentRequest, *, offline: bool, vllm_version: str) -
         weights=weights,
         kv_cache_dtype=req.kv_cache_dtype or "auto",
         instances=max(1, req.replicas),
+        profile=profile,
     )
 
 
@@ -162,6 +164,7 @@ def evaluate(
     offline: bool = False,
     min_margin: float | None = None,
     vllm_version: str = "current",
+    profile: BoxProfile | None = None,
 ) -> CheckResult:
     """The verdict for one deployment request."""
     if req.unresolved:
@@ -169,7 +172,7 @@ def evaluate(
     if req.engine not in CHECKED_ENGINES or req.engine not in ENGINES:
         return CheckResult(req, CANNOT_EVALUATE, reason=f"engine '{req.engine}' has no capacity model in kvplan")
     try:
-        d = to_deployment(req, offline=offline, vllm_version=vllm_version)
+        d = to_deployment(req, offline=offline, vllm_version=vllm_version, profile=profile)
     except KvplanError as exc:
         return CheckResult(req, CANNOT_EVALUATE, reason=exc.message)
     engine = get_engine(req.engine)

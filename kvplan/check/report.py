@@ -274,7 +274,7 @@ def render_github(results: Sequence[CheckResult], *, min_margin: float | None = 
             level = "error" if empty_fails else "notice"
             lines.append(f"::{level} file={gh_property(report.path)},title={gh_property('kvplan: skipped')}::"
                          f"{gh_data(report.path + ': ' + report.skipped)}")
-    lines.append(summary_line(results, files, policy))
+    lines.append(ci_text(summary_line(results, files, policy)))
     return "\n".join(lines) + "\n"
 
 

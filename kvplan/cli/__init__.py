@@ -73,6 +73,7 @@ def main() -> None:
 
 
 # Commands that live in their own packages (their modules import nothing heavy at load time).
+from kvplan.cli.calibrate import calibrate_command as _calibrate  # noqa: E402
 from kvplan.cli.check import check as _check  # noqa: E402
 from kvplan.cli.estimate import estimate as _estimate  # noqa: E402
 from kvplan.cli.models import models_command as _models  # noqa: E402
@@ -84,3 +85,4 @@ app.command("check")(handle_errors(_check))
 app.command("plan")(handle_errors(_plan))
 app.command("models")(handle_errors(_models))
 app.command("verify")(handle_errors(_verify))
+app.command("calibrate")(handle_errors(_calibrate))

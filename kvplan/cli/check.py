@@ -10,6 +10,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from kvplan.cli.output import tolerant
+
 FORMATS = ("human", "json", "github", "junit")
 
 
@@ -38,6 +40,9 @@ def check(
     follow_symlinks: Annotated[
         bool, typer.Option("--follow-symlinks", help="Read symlinks that lead outside the checked directories.")
     ] = False,
+    profile: Annotated[
+        str | None, typer.Option("--profile", help="The box's measured terms (kvplan calibrate --save).")
+    ] = None,
 ) -> None:
     """Fail the CI job when a deployment will not fit its GPUs.
 
@@ -59,16 +64,22 @@ def check(
     memory = parse_size(gpu_mem, "--gpu-mem") if gpu_mem is not None else None
     if memory is not None and memory <= 0:
         raise InputError(f"--gpu-mem must be a positive size such as 80GiB, got {gpu_mem!r}")
+    box = None
+    if profile is not None:
+        from kvplan.calibrate.profile import load_profile
+
+        box = load_profile(profile)
     reading = read_paths(paths, gpu=gpu, gpu_memory_bytes=memory, follow_symlinks=follow_symlinks)
     results = reading.failures + evaluate_each(
-        reading.requests, lambda r: evaluate(r, offline=offline, min_margin=min_margin, vllm_version=vllm_version)
+        reading.requests,
+        lambda r: evaluate(r, offline=offline, min_margin=min_margin, vllm_version=vllm_version, profile=box),
     )
     policy = Policy(min_margin, strict, allow_empty)
     if output_format == "human":
         render_human(results, _console(), files=reading.files, policy=policy)
     else:
         render = {"json": render_json, "github": render_github, "junit": render_junit}[output_format]
-        sys.stdout.write(render(results, files=reading.files, policy=policy) + "\n")
+        tolerant(sys.stdout).write(render(results, files=reading.files, policy=policy) + "\n")
     raise typer.Exit(exit_reason(results, policy)[0])
 
 
@@ -81,4 +92,4 @@ def _console() -> Console:
         width = shutil.get_terminal_size().columns
     else:
         width = 80
-    return Console(file=sys.stdout, highlight=False, soft_wrap=True, width=width)
+    return Console(file=tolerant(sys.stdout), highlight=False, emoji=False, soft_wrap=True, width=width)

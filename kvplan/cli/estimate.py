@@ -24,6 +24,7 @@ def _engine_options(engine: str, f: dict[str, Any]) -> Any:
     from kvplan.engines.sglang import SglangOptions
     from kvplan.engines.tgi import TgiOptions
     from kvplan.engines.transformers import TransformersOptions
+    from kvplan.engines.trtllm import TrtllmOptions
     from kvplan.engines.vllm_engine import VllmOptions
 
     def given(**pairs: Any) -> dict[str, Any]:
@@ -38,9 +39,15 @@ def _engine_options(engine: str, f: dict[str, Any]) -> Any:
             allow_long_max_model_len=f["allow_long"],
         )),
         "sglang": lambda: SglangOptions(**given(
-            mem_fraction_static=f["mem_fraction_static"], page_size=f["page_size"],
+            version=f["sglang_version"], mem_fraction_static=f["mem_fraction_static"], page_size=f["page_size"],
             max_running_requests=f["max_running_requests"], chunked_prefill_size=f["chunked_prefill_size"],
-            cuda_graph_max_bs=f["cuda_graph_max_bs"],
+            cuda_graph_max_bs=f["cuda_graph_max_bs"], max_total_tokens=f["max_total_tokens"],
+            attention_backend=f["attention_backend"],
+        )),
+        "trtllm": lambda: TrtllmOptions(**given(
+            free_gpu_memory_fraction=f["free_gpu_memory_fraction"], max_tokens=f["max_tokens"],
+            tokens_per_block=f["tokens_per_block"], max_batch_size=f["max_batch_size"],
+            max_num_tokens=f["max_num_tokens"],
         )),
         "transformers": lambda: TransformersOptions(**given(
             cache=f["hf_cache"], memory_fraction=f["gpu_memory_utilization"],
@@ -96,6 +103,7 @@ def estimate(
     token: opt.Token = None,
     offline: opt.Offline = False,
     refresh: opt.Refresh = False,
+    profile: opt.Profile = None,
     engine: opt.Engine = "vllm",
     vllm_version: opt.VllmVersion = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = None,
@@ -110,6 +118,14 @@ def estimate(
     max_running_requests: opt.MaxRunningRequests = None,
     chunked_prefill_size: opt.ChunkedPrefillSize = None,
     cuda_graph_max_bs: opt.CudaGraphMaxBs = None,
+    sglang_version: opt.SglangVersion = None,
+    max_total_tokens: opt.MaxTotalTokens = None,
+    attention_backend: opt.AttentionBackend = None,
+    free_gpu_memory_fraction: opt.FreeGpuMemoryFraction = None,
+    max_tokens: opt.MaxTokens = None,
+    tokens_per_block: opt.TokensPerBlock = None,
+    max_batch_size: opt.MaxBatchSize = None,
+    max_num_tokens: opt.MaxNumTokens = None,
     hf_cache: opt.HfCache = None,
     overhead: opt.Overhead = None,
     json_out: opt.Json = False,
@@ -138,7 +154,11 @@ def estimate(
             ("--max-running-requests", max_running_requests), ("--chunked-prefill-size", chunked_prefill_size),
             ("--cuda-graph-max-bs", cuda_graph_max_bs), ("--enable-dp-attention", enable_dp_attention),
             ("--ep-size", ep_size), ("--enable-expert-parallel", enable_expert_parallel),
-            ("--hf-cache", hf_cache), ("--overhead", overhead),
+            ("--hf-cache", hf_cache), ("--overhead", overhead), ("--sglang-version", sglang_version),
+            ("--max-total-tokens", max_total_tokens), ("--attention-backend", attention_backend),
+            ("--free-gpu-memory-fraction", free_gpu_memory_fraction), ("--max-tokens", max_tokens),
+            ("--tokens-per-block", tokens_per_block), ("--max-batch-size", max_batch_size),
+            ("--max-num-tokens", max_num_tokens),
         )
         if value is not None
     ]
@@ -153,6 +173,17 @@ def estimate(
         raise InputError("name a model, e.g. kvplan estimate meta-llama/Llama-3.1-8B-Instruct")
     sweep = len(model) * len(seqs) * len(batches) > 1 or csv_out or plot is not None
     out = Output(json_mode=json_out)
+    box = None
+    if profile is not None:
+        from kvplan.calibrate.profile import load_profile
+
+        box = load_profile(profile)
+        # The box runs the release its log came from: plan with that release's rules unless told otherwise.
+        release_flag = {"vllm": "vllm_version", "sglang": "sglang_version"}.get(engine)
+        if release_flag and box.engine == engine and box.engine_version and flags.get(release_flag) is None:
+            flags[release_flag] = box.engine_version
+            out.notice(f"--profile: planning with {engine} {box.engine_version}, the release the profile was "
+                       "measured on")
 
     def request_for(name: str, seq_tokens: int | None, requests: int) -> EstimateRequest:
         return EstimateRequest(
@@ -171,6 +202,7 @@ def estimate(
             ),
             kv_cache_dtype=kv_cache_dtype,
             engine=_engine_options(engine, flags),
+            profile=box,
         )
 
     if sweep:
@@ -181,7 +213,7 @@ def estimate(
     try:
         result = run_estimate(request_for(model[0], seqs[0], batches[0]))
     except FieldError as exc:
-        raise flag_error(exc) from None
+        raise flag_error(exc, engine) from None
     for notice in result.notices:
         out.notice(notice)
     out.result(result.to_dict(), lambda console: render_estimate(result, console))

@@ -49,11 +49,22 @@ FIELD_FLAGS: dict[str, str] = {
     "engine.max_running_requests": "--max-running-requests",
     "engine.chunked_prefill_size": "--chunked-prefill-size",
     "engine.cuda_graph_max_bs": "--cuda-graph-max-bs",
+    "engine.max_total_tokens": "--max-total-tokens",
+    "engine.attention_backend": "--attention-backend",
+    "engine.free_gpu_memory_fraction": "--free-gpu-memory-fraction",
+    "engine.max_tokens": "--max-tokens",
+    "engine.tokens_per_block": "--tokens-per-block",
+    "engine.max_num_tokens": "--max-num-tokens",
     "engine.cache": "--hf-cache",
     "engine.overhead_bytes": "--overhead",
     "engine.memory_fraction": "--gpu-memory-utilization",
     "engine.cuda_memory_fraction": "--gpu-memory-utilization",
-    "engine.max_batch_size": "--max-num-seqs",
+    "engine.max_batch_size": "--max-batch-size",
+}
+# Fields whose flag depends on the engine (TGI's max_batch_size is --max-num-seqs; TensorRT-LLM's its own).
+ENGINE_FIELD_FLAGS: dict[tuple[str, str], str] = {
+    ("tgi", "engine.max_batch_size"): "--max-num-seqs",
+    ("sglang", "engine.version"): "--sglang-version",
 }
 
 # Engine-specific flags -> the engines that have them; one of another engine's is an error naming its owner.
@@ -71,6 +82,14 @@ ENGINE_FLAGS: dict[str, tuple[str, ...]] = {
     "--max-running-requests": ("sglang",),
     "--chunked-prefill-size": ("sglang",),
     "--cuda-graph-max-bs": ("sglang",),
+    "--sglang-version": ("sglang",),
+    "--max-total-tokens": ("sglang",),
+    "--attention-backend": ("sglang",),
+    "--free-gpu-memory-fraction": ("trtllm",),
+    "--max-tokens": ("trtllm",),
+    "--tokens-per-block": ("trtllm",),
+    "--max-batch-size": ("trtllm",),
+    "--max-num-tokens": ("trtllm",),
     "--enable-dp-attention": ("sglang",),
     "--ep-size": ("sglang",),
     "--enable-expert-parallel": ("vllm",),
@@ -89,6 +108,24 @@ _COUNTERPARTS = {
     ("--chunked-prefill-size", "vllm"): "--max-num-batched-tokens",
     ("--ep-size", "vllm"): "--enable-expert-parallel",
     ("--enable-expert-parallel", "sglang"): "--ep-size",
+    ("--gpu-memory-utilization", "trtllm"): "--free-gpu-memory-fraction",
+    ("--mem-fraction-static", "trtllm"): "--free-gpu-memory-fraction",
+    ("--free-gpu-memory-fraction", "vllm"): "--gpu-memory-utilization",
+    ("--free-gpu-memory-fraction", "sglang"): "--mem-fraction-static",
+    ("--block-size", "trtllm"): "--tokens-per-block",
+    ("--page-size", "trtllm"): "--tokens-per-block",
+    ("--tokens-per-block", "vllm"): "--block-size",
+    ("--tokens-per-block", "sglang"): "--page-size",
+    ("--max-num-seqs", "trtllm"): "--max-batch-size",
+    ("--max-running-requests", "trtllm"): "--max-batch-size",
+    ("--max-batch-size", "vllm"): "--max-num-seqs",
+    ("--max-batch-size", "sglang"): "--max-running-requests",
+    ("--max-num-batched-tokens", "trtllm"): "--max-num-tokens",
+    ("--max-num-tokens", "vllm"): "--max-num-batched-tokens",
+    ("--vllm-version", "sglang"): "--sglang-version",
+    ("--sglang-version", "vllm"): "--vllm-version",
+    ("--max-total-tokens", "trtllm"): "--max-tokens",
+    ("--max-tokens", "sglang"): "--max-total-tokens",
 }
 
 
@@ -103,9 +140,14 @@ def check_engine_flags(engine: str, given: list[str]) -> None:
         raise InputError(f"{flag} is an option of --engine {' / '.join(owners)}, not {engine}{hint}")
 
 
-def flag_error(exc: FieldError) -> InputError:
+def field_flag(field: str, engine: str | None = None) -> str | None:
+    """The estimate flag that sets `field` for this engine."""
+    return ENGINE_FIELD_FLAGS.get((engine or "", field)) or FIELD_FLAGS.get(field)
+
+
+def flag_error(exc: FieldError, engine: str | None = None) -> InputError:
     """A core FieldError in the command line's words: `--seq 0: must be between 1 and ...`."""
-    flag = FIELD_FLAGS.get(exc.field)
+    flag = field_flag(exc.field, engine)
     if flag is None:
         return InputError(exc.message)
     return InputError(exc.phrased(flag))
@@ -117,7 +159,7 @@ def _gib_value(field: str, value: object) -> object:
     return value
 
 
-def change_flags(changes: tuple[Change, ...], gpus_per_instance: int) -> str:
+def change_flags(changes: tuple[Change, ...], gpus_per_instance: int, engine: str | None = None) -> str:
     """A fix as the flags that make it: `--tp 4 --kv-cache-dtype fp8`."""
     words = []
     for c in changes:
@@ -126,5 +168,5 @@ def change_flags(changes: tuple[Change, ...], gpus_per_instance: int) -> str:
         elif c.field == "engine.allow_long_max_model_len":
             words.append("--allow-long-max-model-len")
         else:
-            words.append(f"{FIELD_FLAGS.get(c.field, c.field)} {_gib_value(c.field, c.shown_value)}")
+            words.append(f"{field_flag(c.field, engine) or c.field} {_gib_value(c.field, c.shown_value)}")
     return " ".join(words)

@@ -18,6 +18,7 @@ WEIGHTS = "Weights"
 SOURCE = "Model source"
 VLLM = "vLLM"
 SGLANG = "SGLang"
+TRTLLM = "TensorRT-LLM"
 TRANSFORMERS = "Transformers and generic"
 OUTPUT = "Output"
 
@@ -110,7 +111,11 @@ Refresh = Annotated[
     bool, typer.Option("--refresh", help="Ask the Hub even for a cached or bundled model.", rich_help_panel=SOURCE)
 ]
 Engine = Annotated[
-    str, typer.Option("--engine", help="vllm, sglang, transformers, generic or tgi.", rich_help_panel=VLLM)
+    str, typer.Option("--engine", help="vllm, sglang, trtllm, transformers, generic or tgi.", rich_help_panel=VLLM)
+]
+Profile = Annotated[
+    str | None, typer.Option("--profile", help="This box's measured terms (kvplan calibrate --save).",
+                             rich_help_panel=GPU),
 ]
 VllmVersion = Annotated[
     str | None, typer.Option("--vllm-version", help="vLLM release, 0.6.0 to 0.33, or current.",
@@ -142,6 +147,17 @@ AllowLong = Annotated[
     bool | None,
     typer.Option("--allow-long-max-model-len", help="As VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.", rich_help_panel=VLLM),
 ]
+SglangVersion = Annotated[
+    str | None, typer.Option("--sglang-version", help="SGLang release, e.g. 0.4.3 (default: current).",
+                             rich_help_panel=SGLANG),
+]
+MaxTotalTokens = Annotated[
+    int | None, typer.Option("--max-total-tokens", help="Cap on the KV token pool.", rich_help_panel=SGLANG)
+]
+AttentionBackend = Annotated[
+    str | None, typer.Option("--attention-backend", help="e.g. flashmla (some fix the page size).",
+                             rich_help_panel=SGLANG),
+]
 MemFractionStatic = Annotated[
     float | None, typer.Option("--mem-fraction-static", help="Share of memory free before loading.",
                                rich_help_panel=SGLANG),
@@ -155,6 +171,23 @@ ChunkedPrefillSize = Annotated[
 ]
 CudaGraphMaxBs = Annotated[
     int | None, typer.Option("--cuda-graph-max-bs", help="Largest CUDA-graph batch.", rich_help_panel=SGLANG)
+]
+FreeGpuMemoryFraction = Annotated[
+    float | None,
+    typer.Option("--free-gpu-memory-fraction", "--kv-cache-free-gpu-mem-fraction",
+                 help="Share of memory left after loading (0.9).", rich_help_panel=TRTLLM),
+]
+MaxTokens = Annotated[
+    int | None, typer.Option("--max-tokens", help="Cap on the KV cache's tokens.", rich_help_panel=TRTLLM)
+]
+TokensPerBlock = Annotated[
+    int | None, typer.Option("--tokens-per-block", help="Tokens per KV block (32).", rich_help_panel=TRTLLM)
+]
+MaxBatchSize = Annotated[
+    int | None, typer.Option("--max-batch-size", help="Requests in flight (2048).", rich_help_panel=TRTLLM)
+]
+MaxNumTokens = Annotated[
+    int | None, typer.Option("--max-num-tokens", help="Tokens per step (8192).", rich_help_panel=TRTLLM)
 ]
 HfCache = Annotated[
     str | None, typer.Option("--hf-cache", help="Transformers cache: dynamic or static.", rich_help_panel=TRANSFORMERS)

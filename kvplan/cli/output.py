@@ -25,14 +25,14 @@ DEBUG_ENV = "KVPLAN_DEBUG"
 
 def stdout_console() -> Console:
     # emoji=False: a value such as ":warning:" in a model name prints as typed (markup is escaped per value).
-    return Console(file=_tolerant(sys.stdout), highlight=False, emoji=False, soft_wrap=False, width=_width())
+    return Console(file=tolerant(sys.stdout), highlight=False, emoji=False, soft_wrap=False, width=_width())
 
 
 def stderr_console() -> Console:
-    return Console(file=_tolerant(sys.stderr), highlight=False, emoji=False, soft_wrap=True, width=_width())
+    return Console(file=tolerant(sys.stderr), highlight=False, emoji=False, soft_wrap=True, width=_width())
 
 
-def _tolerant(stream: Any) -> Any:
+def tolerant(stream: Any) -> Any:
     """The stream, set to write what its encoding cannot (an ASCII locale, a strict UTF-8 pipe) as \\u escapes.
 
     Values are escaped before they are printed (kvplan.cli.escape); this is the last line of defence, so that a
@@ -63,18 +63,18 @@ class Output:
     def result(self, data: dict[str, Any] | list[dict[str, Any]], render: Callable[[Console], None]) -> None:
         """Print a command's result: the JSON document, or the human rendering of the same data."""
         if self.json_mode:
-            _tolerant(sys.stdout).write(json_text(json.dumps(data, indent=2, sort_keys=False)) + "\n")
+            tolerant(sys.stdout).write(json_text(json.dumps(data, indent=2, sort_keys=False)) + "\n")
             return
         console = stdout_console()
         with console.capture() as captured:
             render(console)
         # Tables pad their last column with spaces; a pasted or diffed report should carry none.
-        _tolerant(sys.stdout).write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+        tolerant(sys.stdout).write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
     @staticmethod
     def raw(text: str) -> None:
         """Machine text as it is (CSV rows): never wrapped at the terminal's width, no markup."""
-        _tolerant(sys.stdout).write(text)
+        tolerant(sys.stdout).write(text)
 
     @staticmethod
     def notice(message: str) -> None:
@@ -97,5 +97,5 @@ def report_error(exc: BaseException) -> int:
         code = EXIT_CANNOT_EVALUATE
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
-    _tolerant(sys.stderr).write(f"Error: {ci_text(message)}\n")
+    tolerant(sys.stderr).write(f"Error: {ci_text(message)}\n")
     return code

@@ -71,7 +71,8 @@ def best_fix_text(g: GpuResult) -> str:
         return ""
     f = g.fixes[0]
     gpus = f.verdict.total_gpus
-    return f"{change_flags(f.changes, f.verdict.gpus_per_instance)} (fits on {gpus} GPU{'s' if gpus > 1 else ''})"
+    flags = change_flags(f.changes, f.verdict.gpus_per_instance, f.verdict.account.engine)
+    return f"{flags} (fits on {gpus} GPU{'s' if gpus > 1 else ''})"
 
 
 def verdict_line(r: EstimateResult, g: GpuResult) -> Text:
@@ -187,7 +188,7 @@ def _fixes_table(g: GpuResult) -> Table:
         effect = f"{gpus} GPU{'s' if gpus > 1 else ''}, up to {f.verdict.max_requests:,} at once"
         if not f.keeps_workload:
             effect += " (a smaller workload)"
-        t.add_row(change_flags(f.changes, f.verdict.gpus_per_instance), effect)
+        t.add_row(change_flags(f.changes, f.verdict.gpus_per_instance, f.verdict.account.engine), effect)
     return t
 
 

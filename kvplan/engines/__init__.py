@@ -11,11 +11,13 @@ from kvplan.engines.generic import GenericEngine
 from kvplan.engines.sglang import SglangEngine
 from kvplan.engines.tgi import TgiEngine
 from kvplan.engines.transformers import TransformersEngine
+from kvplan.engines.trtllm import TrtllmEngine
 from kvplan.engines.vllm_engine import VllmEngine
 from kvplan.errors import FieldError
 
 ENGINES: dict[str, EngineModel] = {
-    e.name: e for e in (VllmEngine(), SglangEngine(), TransformersEngine(), GenericEngine(), TgiEngine())
+    e.name: e
+    for e in (VllmEngine(), SglangEngine(), TrtllmEngine(), TransformersEngine(), GenericEngine(), TgiEngine())
 }
 
 

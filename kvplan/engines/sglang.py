@@ -1,14 +1,16 @@
-"""The SGLang engine model: mem_fraction_static and its default rule, the token pools, and SGLang's options.
+"""The SGLang engine model: mem_fraction_static and its default rule per release, the token pools, SGLang's options.
 
 SGLang (sglang/srt/model_executor/model_runner.py, profile_max_num_token) keeps a fraction of the memory that
 was free BEFORE the weights were loaded, unlike vLLM's fraction of the total:
     rest = free_after_weights - free_before_load x (1 - mem_fraction_static)
 and cuts `rest` into token slots of `cell_size` bytes (the KV of one token over every layer of this rank; KV
 heads split over the attention-TP ranks with at least one per rank; an MLA latent is never split), rounded
-down to whole pages. Models with sliding-window layers get a second pool (swa_full_tokens_ratio sliding
-tokens per full token); models with Mamba or linear-attention layers a pool of per-request state slots.
-What is left outside mem_fraction_static holds activations and CUDA graphs, which is why the default fraction
-comes from the GPU's size (server_args.py, _handle_gpu_memory_settings).
+down to whole pages. From 0.5.3 sliding-window layers get a second pool (swa_full_tokens_ratio sliding tokens
+per full token); Mamba or linear-attention layers take per-request state slots off `rest` first. What is left
+outside the fraction holds activations, CUDA graphs and the request table, which is why the default fraction
+comes from the GPU's size. Which rules a release follows: kvplan.engines.sglang_releases.
+A BoxProfile measured by `kvplan calibrate` replaces the modelled GPU total, the memory in use before loading
+(context, NCCL) and the weights (kvplan.engines.box says when each applies).
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ from typing import Any, ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.capacity.kv import pp_stage_layers
-from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal
+from kvplan.engines.base import Calibration, EngineAccount, Knobs, KvPool, MemoryTerm, Refusal
+from kvplan.engines.box import BoxTerms, box_terms
+from kvplan.engines.release import CURRENT, release_text
+from kvplan.engines.sglang_releases import (
+    FractionInputs,
+    SglangRelease,
+    batch_defaults,
+    release_of,
+    rules_for,
+)
 from kvplan.engines.vllm_engine import tp_refusal
 from kvplan.engines.vllm_memory import CONTEXT_BYTES, WeightSplit, weights_per_stage
 from kvplan.errors import FieldError
@@ -26,91 +37,17 @@ from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import LayerKind, ModelSpec
 from kvplan.units import GiB, MiB, cdiv
 
-SGLANG_VERSIONS = ("current",)
-# Memory the CUDA context takes before SGLang measures "free before load": vLLM 0.19 logs 0.51 GiB of non-torch
-# memory at worker start on H100 (tp 1); SGLang's own start-up is assumed to cost the same.
+# CONTEXT_BYTES (vllm_memory): what CUDA and the context take before SGLang measures "free before load": vLLM
+# 0.19 logs 0.51 GiB at worker start on H100 (tp 1); SGLang's own start-up is assumed to cost the same. A
+# calibrated profile replaces it with the box's own figure (GPU total - "Load weight begin. avail mem").
 SWA_FULL_TOKENS_RATIO = 0.8  # ServerArgs.swa_full_tokens_ratio
-# ServerArgs.mamba_full_memory_ratio: the Mamba state pool's memory as a share of the full-attention KV pool's.
+# ServerArgs.mamba_full_memory_ratio (0.5.23): the Mamba state pool's memory as a share of the full KV pool's.
 MAMBA_FULL_MEMORY_RATIO = 0.9
+FIXED_MAMBA_SLOTS = 512  # max_mamba_cache_size when neither it nor max_running_requests is given (0.5.3)
 # SGLang's --kv-cache-dtype choices.
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2", "bf16", "bfloat16")
-
-
-@dataclass(frozen=True)
-class SglangOptions:
-    """SGLang's own server options; None means SGLang's default for the GPU."""
-
-    engine: ClassVar[str] = "sglang"
-
-    version: str = "current"
-    mem_fraction_static: float | None = None
-    page_size: int | None = None
-    max_running_requests: int | None = None
-    chunked_prefill_size: int | None = None
-    cuda_graph_max_bs: int | None = None
-
-    def validate(self) -> None:
-        if self.version not in SGLANG_VERSIONS:
-            raise FieldError("engine.version", f"must be one of {', '.join(SGLANG_VERSIONS)}", self.version)
-        f = self.mem_fraction_static
-        if f is not None and not 0 < f < 1:
-            raise FieldError("engine.mem_fraction_static", "must be in (0, 1)", f)
-        for name in ("page_size", "max_running_requests", "chunked_prefill_size", "cuda_graph_max_bs"):
-            value = getattr(self, name)
-            if value is not None and not 1 <= value <= 1 << 30:
-                raise FieldError(f"engine.{name}", "must be between 1 and 2^30", value)
-
-
-@dataclass(frozen=True)
-class GpuDefaults:
-    """What SGLang derives from the GPU's memory when the flags are not given."""
-
-    chunked_prefill_size: int
-    cuda_graph_max_bs: int
-    mem_fraction_static: float
-    reserved_mib: float  # what the default fraction leaves for activations and CUDA graphs
-
-
-def gpu_defaults(total_bytes: int, o: SglangOptions, p: Parallelism) -> GpuDefaults:
-    """SGLang's _handle_gpu_memory_settings (server_args.py), for CUDA GPUs.
-
-    gpu_mem is the card's total in MiB. By size class it picks chunked_prefill_size and cuda_graph_max_bs,
-    then reserves 512 + 1.5 x max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs + tp x pp / 8 x 1024 MiB
-    (more with DP attention), at least 10 GiB on cards above 60 GiB, and keeps the rest:
-    H100 (81,089 MiB), tp 1: chunk 8,192, graphs 256 -> 512 + 12,288 + 512 + 128 = 13,440 MiB ->
-    round((81,089 - 13,440) / 81,089, 3) = 0.834.
-    """
-    gpu_mem = total_bytes / MiB
-    tp_small = p.tp < 4
-    if gpu_mem < 20 * 1024:  # T4, 4080
-        chunk, graphs = 2048, 8
-    elif gpu_mem < 35 * 1024:  # A10, 4090, 5090
-        chunk, graphs = 2048, (24 if tp_small else 80)
-    elif gpu_mem < 60 * 1024:  # A100 40GB, L40
-        chunk, graphs = 4096, (32 if tp_small else 160)
-    elif gpu_mem < 160 * 1024:  # H100, A100 80GB, H20, H200
-        chunk, graphs = 8192, (256 if tp_small else 512)
-    else:  # B200, MI300
-        chunk, graphs = 16384, 512
-    chunk = o.chunked_prefill_size or chunk
-    graphs = o.cuda_graph_max_bs or graphs
-    reserved = 512 + max(chunk, 2048) * 1.5 + graphs * 2 + p.tp * p.pp / 8 * 1024
-    if p.dp_attention:
-        reserved += graphs * p.dp * 3 + (graphs * p.dp * 1.5 if graphs > 300 else 0)
-    if gpu_mem > 60 * 1024:
-        reserved = max(reserved, 10 * 1024)
-    fraction = o.mem_fraction_static or round((gpu_mem - reserved) / gpu_mem, 3)
-    return GpuDefaults(chunk, graphs, fraction, reserved)
-
-
-def _attention_tp(p: Parallelism) -> int:
-    """Ranks one layer's attention is split over: tp, or tp / dp with DP attention."""
-    return p.tp // p.dp if p.dp_attention else p.tp
-
-
-# Which of SGLang's pools holds a layer: "full" tokens, "swa" (the sliding-window pool), "state" (one Mamba /
-# DeltaNet slot per request), or None for layers with nothing of their own. Llama 4's chunked layers are
-# counted in the full pool: SGLang's chunked-attention pool is not modelled.
+# Which pool holds a layer's cache, by the layer's kind: full-attention tokens, sliding-window tokens, per-request
+# state, or none. Llama 4's chunked layers count as full (SGLang's own chunk pool is not modelled).
 KIND_RULES: dict[LayerKind, str | None] = {
     LayerKind.FULL_ATTENTION: "full",
     LayerKind.SLIDING_WINDOW: "swa",
@@ -121,22 +58,125 @@ KIND_RULES: dict[LayerKind, str | None] = {
     LayerKind.SHARED_KV: None,
     LayerKind.NO_CACHE: None,
 }
+# Attention backends that constrain the page size (0.5.23 arg_groups/overrides.py): (sizes taken, size forced
+# otherwise). FlashMLA pages are 64 tokens whatever --page-size says.
+PAGE_RULES: dict[str, tuple[tuple[int, ...], int]] = {
+    "flashmla": ((64,), 64),
+    "trtllm_mla": ((32, 64), 64),
+    "trtllm_mha": ((16, 32, 64, 128), 64),
+}
+# Architectures SGLang serves as multimodal (its multimodal model registry holds these classes' families).
+_MULTIMODAL_WORDS = ("ForConditionalGeneration", "VLForCausalLM", "Llava", "Vision")
+# Releases and GPUs the held-out SGLang logs cover (benchmarks/sglang_accuracy.py, benchmarks/logs/sglang.jsonl).
+LOGGED_RANGES = ((0, 4, 0), (0, 4, 3), (0, 4, 6), (0, 5, 3))
+LOGGED_GPUS = ("RTX-3090", "L4", "H100-80GB", "H200", "MI300X")
 
 
-def _cells(model: ModelSpec, layers: range, kv_name: str, dtype: str, attn_tp: int) -> tuple[int, int, int, int]:
-    """(full cell bytes, sliding cell bytes, state bytes per request, sliding window) over `layers` on one rank."""
+@dataclass(frozen=True)
+class SglangOptions:
+    """SGLang's own server options; None means SGLang's default for the GPU and release."""
+
+    engine: ClassVar[str] = "sglang"
+
+    version: str = CURRENT
+    mem_fraction_static: float | None = None
+    page_size: int | None = None
+    max_running_requests: int | None = None
+    chunked_prefill_size: int | None = None
+    cuda_graph_max_bs: int | None = None
+    max_total_tokens: int | None = None  # --max-total-tokens: a cap on the token pool
+    attention_backend: str | None = None  # --attention-backend: some force a page size
+
+    def validate(self) -> None:
+        release_of(self.version)
+        f = self.mem_fraction_static
+        if f is not None and not 0 < f < 1:
+            raise FieldError("engine.mem_fraction_static", "must be in (0, 1)", f)
+        for name in ("page_size", "max_running_requests", "chunked_prefill_size", "cuda_graph_max_bs",
+                     "max_total_tokens"):
+            value = getattr(self, name)
+            if value is not None and not 1 <= value <= 1 << 30:
+                raise FieldError(f"engine.{name}", "must be between 1 and 2^30", value)
+
+
+@dataclass(frozen=True)
+class GpuDefaults:
+    """What SGLang derives from the GPU's memory when the flags are not given."""
+
+    release: SglangRelease
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int | None
+    mem_fraction_static: float
+    reserved_mib: float | None  # what the default fraction leaves for activations and CUDA graphs
+    rule: str  # how the fraction was chosen, for people
+
+
+def is_multimodal(model: ModelSpec) -> bool:
+    """Served by SGLang as a multimodal model: a vision tower in the parameters, or a multimodal class name."""
+    return any(g.name.startswith("vision") for g in model.param_groups) or any(
+        w in model.architecture for w in _MULTIMODAL_WORDS)
+
+
+def gpu_defaults(total_bytes: int, o: SglangOptions, p: Parallelism, model: ModelSpec | None = None) -> GpuDefaults:
+    """SGLang's defaults for chunked_prefill_size, cuda_graph_max_bs and mem_fraction_static on this card, for the
+    release `o.version` names (kvplan.engines.sglang_releases). gpu_mem is the card's total in MiB: H100
+    (81,089 MiB), tp 1, newest rules: chunk 8,192, graphs 256 -> 13,440 MiB reserved -> 0.834."""
+    rules = rules_for(release_of(o.version))
+    gpu_mib = total_bytes / MiB
+    chunk, graphs = batch_defaults(rules.batch, gpu_mib, p.tp)
+    chunk = o.chunked_prefill_size or chunk
+    graphs = o.cuda_graph_max_bs or graphs
+    chosen = rules.fraction(FractionInputs(gpu_mib, p.tp, p.pp, p.dp, p.dp_attention, chunk, graphs or 0))
+    fraction, reserved, rule = chosen.value, chosen.reserved_mib, chosen.rule
+    if o.mem_fraction_static:
+        fraction, reserved, rule = o.mem_fraction_static, None, "--mem-fraction-static as given"
+    multimodal = model is not None and is_multimodal(model)
+    if multimodal and rules.multimodal == "runner":
+        # ModelRunner (0.3-0.4.x): "adjust --mem-fraction-static for multimodal models", any fraction x 0.95.
+        fraction, rule = fraction * 0.95, f"{rule}, x 0.95 for a multimodal model"
+    elif multimodal and not o.mem_fraction_static and rules.multimodal == "default x0.90":
+        fraction, rule = fraction * 0.90, f"{rule}, x 0.90 for a multimodal model"
+    elif multimodal and not o.mem_fraction_static and rules.multimodal == "vit":
+        # adjust_mem_fraction_for_vlm: x 0.95 x clamp(1 - 0.1 x (ViT complexity / ViT-L's - 1), 0.8, 1.05); the
+        # tower's depth and width are not in kvplan's model record, so the factor is taken as 1 (a ViT-L tower).
+        fraction, rule = fraction * 0.95, f"{rule}, x 0.95 for a multimodal model (ViT factor taken as 1)"
+    return GpuDefaults(rules, chunk, graphs, fraction, reserved, rule)
+
+
+def _attention_tp(p: Parallelism) -> int:
+    """Ranks one layer's attention is split over: tp, or tp / dp with DP attention."""
+    return p.tp // p.dp if p.dp_attention else p.tp
+
+
+@dataclass(frozen=True)
+class Cells:
+    """Per-token and per-request bytes of one rank's layers, by pool."""
+
+    full_bytes: int  # full-attention (and MLA) bytes per token
+    swa_bytes: int  # sliding-window bytes per token (0 when the release has no separate pool)
+    state_bytes: int  # Mamba / linear-attention state per request
+    full_layers: int
+    swa_layers: int
+    window_tokens: int
+
+
+def _cells(model: ModelSpec, layers: range, kv_name: str, dtype: str, attn_tp: int, swa_pool: bool) -> Cells:
     kv = resolve_kv_dtype(kv_name, dtype)
-    sums = {"full": 0, "swa": 0, "state": 0}
-    window = 0
+    full = swa = state = window = full_layers = swa_layers = 0
     for spec, n in model.spec_counts(layers).items():
         pool = KIND_RULES[spec.kind]
+        if pool == "swa" and not swa_pool:
+            pool = "full"  # before 0.5.3 every attention layer keeps all its tokens (the 0.4.4 Gemma 3 log)
         if pool == "state":
-            sums["state"] += n * spec.state_bytes(attn_tp)
-        elif pool is not None:
-            sums[pool] += n * spec.kv_bytes_per_token(kv, attn_tp)
-        if pool == "swa":
-            window = max(window, spec.window_tokens or 0)
-    return sums["full"], sums["swa"], sums["state"], window
+            state += n * spec.state_bytes(attn_tp)
+        elif pool == "swa":
+            swa += n * spec.kv_bytes_per_token(kv, attn_tp)
+            swa_layers += n
+            window = max(window, getattr(spec, "sliding_window", 0))
+        elif pool == "full":
+            full += n * spec.kv_bytes_per_token(kv, attn_tp)
+            full_layers += n
+    return Cells(full, swa, state, full_layers, swa_layers, window)
 
 
 @dataclass(frozen=True)
@@ -145,25 +185,50 @@ class SglangReport:
 
     defaults: GpuDefaults
     page_size: int
+    total_memory_bytes: int
+    context_bytes: int  # in use before SGLang measures free memory (context, NCCL)
     free_before_load_bytes: int
     weights_bytes: int
     available_kv_bytes: int  # `rest`: the memory the pools are cut from
-    cell_size_bytes: int  # full-attention (and MLA) bytes per token on this rank
-    swa_cell_size_bytes: int  # sliding-window bytes per token on this rank
-    state_bytes: int  # Mamba / linear-attention state per request on this rank
+    cells: Cells
     max_total_num_tokens: int
     swa_max_total_num_tokens: int
     mamba_slots: int
-    window_tokens: int
+    profiled_tokens: int  # before --max-total-tokens and page rounding (negative when rest is)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def cell_size_bytes(self) -> int:
+        return self.cells.full_bytes
+
+    @property
+    def swa_cell_size_bytes(self) -> int:
+        return self.cells.swa_bytes
+
+    @property
+    def state_bytes(self) -> int:
+        return self.cells.state_bytes
+
+    @property
+    def kv_pool_bytes(self) -> int:
+        """What the pools take: K and V of every token slot, plus the state slots."""
+        c = self.cells
+        return (self.max_total_num_tokens * c.full_bytes + self.swa_max_total_num_tokens * c.swa_bytes
+                + self.mamba_slots * c.state_bytes)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "sglang_release_rules": self.defaults.release.label,
             "mem_fraction_static": self.defaults.mem_fraction_static,
+            "mem_fraction_rule": self.defaults.rule,
             "chunked_prefill_size": self.defaults.chunked_prefill_size,
             "cuda_graph_max_bs": self.defaults.cuda_graph_max_bs,
             "page_size": self.page_size,
+            "total_memory_bytes": self.total_memory_bytes,
+            "context_bytes": self.context_bytes,
             "free_before_load_bytes": self.free_before_load_bytes,
             "weights_bytes": self.weights_bytes,
+            "free_after_load_bytes": self.free_before_load_bytes - self.weights_bytes,
             "available_kv_cache_bytes": self.available_kv_bytes,
             "cell_size_bytes": self.cell_size_bytes,
             "swa_cell_size_bytes": self.swa_cell_size_bytes,
@@ -171,7 +236,52 @@ class SglangReport:
             "max_total_num_tokens": self.max_total_num_tokens,
             "swa_max_total_num_tokens": self.swa_max_total_num_tokens,
             "mamba_slots": self.mamba_slots,
+            "kv_pool_bytes": self.kv_pool_bytes,
         }
+
+
+def _mamba_slots(rest: int, state: int, o: SglangOptions, p: Parallelism, rules: SglangRelease) -> int:
+    """State slots taken off `rest` before the token pool is cut.
+
+    0.5.3: max_mamba_cache_size = max_running_requests when given, else 512 (each divided over the DP-attention
+    ranks). 0.5.23: when not given, the state pool's budget is rest x r / (1 + r) (r = mamba_full_memory_ratio,
+    0.9) and the slots (budget - one slot) // one slot: rest 19 GiB, 30 MiB per slot -> budget 9.0 GiB -> 306
+    slots.
+    """
+    dp = p.dp if p.dp_attention else 1
+    if o.max_running_requests:
+        return o.max_running_requests // dp
+    if rules.mamba == "ratio":
+        budget = max(0, rest) * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO)
+        return max(0, int((budget - state) // state))
+    return FIXED_MAMBA_SLOTS // dp
+
+
+def _tokens(rest: int, c: Cells) -> tuple[int, int]:
+    """(full-attention tokens, sliding-window tokens) that `rest` bytes hold.
+
+    With a sliding-window pool (set_num_token_hybrid): the tokens every layer could hold, times the layers,
+    shared out so each full-attention token brings swa_full_tokens_ratio sliding ones. Gemma-2-9B, 21 + 21
+    layers of 8,192 B: rest // 344,064 B = N; full = int(N x 42 / (0.8 x 21 + 21)), sliding = int(full x 0.8).
+    """
+    if rest <= 0:
+        cell = c.full_bytes + c.swa_bytes
+        return (int(rest // cell) if cell else 0), 0
+    if not c.swa_bytes:
+        return (rest // c.full_bytes if c.full_bytes else 0), 0
+    every = rest // (c.full_bytes + c.swa_bytes)
+    layers = c.full_layers + c.swa_layers
+    full = int(every * layers / (SWA_FULL_TOKENS_RATIO * c.swa_layers + c.full_layers))
+    return full, int(full * SWA_FULL_TOKENS_RATIO)
+
+
+def _page_size(o: SglangOptions, rules: SglangRelease) -> tuple[int, str | None]:
+    page = o.page_size or 1
+    rule = PAGE_RULES.get((o.attention_backend or "").lower()) if rules.first >= (0, 5, 3) else None
+    if rule is not None and page not in rule[0]:
+        return rule[1], (f"the {o.attention_backend} attention backend takes pages of "
+                         f"{', '.join(map(str, rule[0]))} tokens: SGLang uses {rule[1]}, not {page}")
+    return page, None
 
 
 def plan_sglang(d: Deployment) -> SglangReport:
@@ -180,8 +290,10 @@ def plan_sglang(d: Deployment) -> SglangReport:
     if not isinstance(o, SglangOptions):
         raise TypeError("plan_sglang needs SGLang options")
     p, model = d.parallelism, d.model
-    defaults = gpu_defaults(d.gpu.total_memory_bytes, o, p)
-    page = o.page_size or 1
+    box: BoxTerms = box_terms(d.profile, d)
+    defaults = gpu_defaults(d.gpu.total_memory_bytes, o, p, model)
+    rules = defaults.release
+    page, page_note = _page_size(o, rules)
     dtype = d.weights.dtype or serving_dtype(model.config_dtype)
     attn_tp = _attention_tp(p)
     split = WeightSplit(
@@ -193,23 +305,56 @@ def plan_sglang(d: Deployment) -> SglangReport:
         model, dtype=dtype, tp=p.tp, pp=p.pp, quantization=d.weights.quantization,
         checkpoint_bytes=d.weights.checkpoint_bytes, split=split,
     )
-    free_before = d.gpu.total_memory_bytes - CONTEXT_BYTES
+    total = box.total_memory_bytes or d.gpu.total_memory_bytes
+    context = CONTEXT_BYTES if box.non_torch_bytes is None else box.non_torch_bytes
+    free_before = total - context
+    notes = [n for n in (page_note, *box.notes) if n]
     reports = []
-    for (w, _), layers in zip(weights, pp_stage_layers(model.num_layers, p.pp), strict=True):
+    for (modelled, _), layers in zip(weights, pp_stage_layers(model.num_layers, p.pp), strict=True):
+        w = modelled if box.weights_bytes is None else box.weights_bytes
         rest = free_before - w - round(free_before * (1 - defaults.mem_fraction_static))
-        full, swa, state, window = _cells(model, layers, d.kv_cache_dtype, dtype, attn_tp)
-        # Mamba hybrids: the state pool takes mamba_full_memory_ratio of what the full KV pool gets.
-        mamba_bytes = round(max(0, rest) * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO)) if state else 0
-        slots = mamba_bytes // state if state else 0
-        per_full_token = full + SWA_FULL_TOKENS_RATIO * swa
-        tokens = int(max(0, rest - mamba_bytes) // per_full_token) if per_full_token else 0
+        c = _cells(model, layers, d.kv_cache_dtype, dtype, attn_tp, rules.swa_pool)
+        slots = _mamba_slots(rest, c.state_bytes, o, p, rules) if c.state_bytes else 0
+        profiled, swa_tokens = _tokens(rest - slots * c.state_bytes, c)
+        tokens = max(0, min(profiled, o.max_total_tokens or profiled))
+        if c.swa_bytes and tokens != profiled:
+            swa_tokens = int(tokens * SWA_FULL_TOKENS_RATIO)
         tokens -= tokens % page
-        swa_tokens = int(tokens * SWA_FULL_TOKENS_RATIO) if swa else 0
         swa_tokens -= swa_tokens % page
-        reports.append(SglangReport(defaults, page, free_before, w, rest, full, swa, state, tokens, swa_tokens, slots,
-                                    window))
+        reports.append(SglangReport(defaults, page, total, context, free_before, w, rest, c, tokens, swa_tokens,
+                                    slots, profiled, tuple(notes)))
     # Every stage runs the same requests: the stage with the fewest token slots limits them all.
     return min(reports, key=lambda r: (r.max_total_num_tokens, r.mamba_slots))
+
+
+def max_running_requests(r: SglangReport, o: SglangOptions, p: Parallelism, context_len: int) -> int:
+    """The scheduler's limit on requests at once (managers/tp_worker.py).
+
+    Given: --max-running-requests (over the DP-attention ranks). Default: min(tokens // 2, the request table),
+    the table holding min(max(int(tokens / context x 512), 2,048), 4,096) requests (fewer with state slots),
+    one more in 0.4.x: QwQ-32B on 4 x L4, 46,611 tokens at context 131,072 -> table 2,048 -> 2,049 logged.
+    """
+    if o.max_running_requests:
+        return max(1, o.max_running_requests // (p.dp if p.dp_attention else 1))
+    tokens = r.max_total_num_tokens
+    table = min(max(int(tokens / context_len * 512), 2048), 4096)
+    if r.state_bytes:
+        table = min(table, r.mamba_slots)
+    return max(1, min(tokens // 2, table + r.defaults.release.request_table_extra))
+
+
+def _refusal_words(r: SglangReport) -> str:
+    f = r.defaults.mem_fraction_static
+    style = r.defaults.release.refusal
+    if style == "raise above":
+        after = r.free_before_load_bytes - r.weights_bytes
+        lowest = 1 - after / r.free_before_load_bytes if r.free_before_load_bytes else 1.0
+        return (f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={f}. "
+                f"Raise --mem-fraction-static above {lowest:.4f}.")
+    if style == "current value":
+        return ("Not enough memory. Please try to increase --mem-fraction-static. Current value: "
+                f"self.server_args.mem_fraction_static={f}")
+    return "Not enough memory. Please try to increase --mem-fraction-static."
 
 
 def _refusal(d: Deployment, r: SglangReport | None) -> Refusal | None:
@@ -239,8 +384,7 @@ def _refusal(d: Deployment, r: SglangReport | None) -> Refusal | None:
     if r is None:
         return None
     if r.available_kv_bytes <= 0 or r.max_total_num_tokens <= 0:
-        return Refusal("no_kv_memory", "Not enough memory. Please try to increase --mem-fraction-static.",
-                       "engine.mem_fraction_static")
+        return Refusal("no_kv_memory", _refusal_words(r), "engine.mem_fraction_static")
     if r.max_total_num_tokens < d.max_model_len:
         return Refusal(
             "one_request",
@@ -251,8 +395,26 @@ def _refusal(d: Deployment, r: SglangReport | None) -> Refusal | None:
     return None
 
 
+def calibration(d: Deployment, rules: SglangRelease) -> Calibration:
+    """Where the SGLang model was checked against held-out logs (benchmarks/results/sglang_accuracy.md)."""
+    outside = []
+    if rules.first not in LOGGED_RANGES:
+        outside.append(f"releases {rules.label}+ (no SGLang logs)")
+    if d.gpu.key not in LOGGED_GPUS:
+        outside.append(f"GPU {d.gpu.key} (no SGLang logs)")
+    if any(KIND_RULES[s.kind] == "state" for s in d.model.layers):
+        outside.append("Mamba/linear-attention state pool (no logs with its size)")
+    return Calibration(
+        in_range=not outside,
+        checked_on="SGLang 0.4.2-0.5.13 and a 2026 build, 13 held-out logs (benchmarks/results/sglang_accuracy.md)",
+        outside=tuple(outside),
+        error_band="token pool within 0.5% from the box's measured free memory (a calibrated profile); end to end "
+                   "9% mean, 19% worst (the memory in use before loading and the weights are modelled)",
+    )
+
+
 class SglangEngine:
-    """SGLang (sglang.launch_server), as of its 2025-2026 releases."""
+    """SGLang (sglang.launch_server), releases 0.3.0 to 0.5.23, each by its own rules."""
 
     name: ClassVar[str] = "sglang"
     label: ClassVar[str] = "SGLang"
@@ -270,10 +432,11 @@ class SglangEngine:
         o = d.engine
         if not isinstance(o, SglangOptions):
             raise TypeError("SglangEngine needs SglangOptions")
+        version = release_text(release_of(o.version)) if o.version != CURRENT else CURRENT
         early = _refusal(d, None)
         if early is not None:
             return EngineAccount(
-                engine=self.name, version=o.version, total_memory_bytes=d.gpu.total_memory_bytes, requested_bytes=0,
+                engine=self.name, version=version, total_memory_bytes=d.gpu.total_memory_bytes, requested_bytes=0,
                 terms=(), kv_budget_bytes=0, pools=(), max_model_len=d.max_model_len,
                 request_cap=o.max_running_requests, engine_concurrency=0.0, kv_cache_tokens=None, refusal=early,
                 log_lines=(f"Error: {early.message}",),
@@ -286,7 +449,7 @@ class SglangEngine:
         def per_request(length: int) -> tuple[int, ...]:
             units = [cdiv(length, page) * page]
             if r.swa_cell_size_bytes:
-                units.append(min(cdiv(length, page), cdiv(r.window_tokens, page) + 1) * page)
+                units.append(min(cdiv(length, page), cdiv(r.cells.window_tokens, page) + 1) * page)
             if r.state_bytes:
                 units.append(1)
             return tuple(units)
@@ -299,37 +462,44 @@ class SglangEngine:
         if r.state_bytes:
             pools.append(KvPool("state slots", "slot", r.state_bytes, r.mamba_slots, 1))
         tokens = r.max_total_num_tokens
-        # max_running_requests default (scheduler): min(clamp(tokens / context x 512, 2048, 4096), tokens // 2).
-        cap = o.max_running_requests or min(max(int(tokens / length * 512), 2048), 4096, max(1, tokens // 2))
-        requested = r.free_before_load_bytes - round(r.free_before_load_bytes * (1 - r.defaults.mem_fraction_static))
+        cap = max_running_requests(r, o, d.parallelism, length)
+        fraction = r.defaults.mem_fraction_static
+        kept = r.free_before_load_bytes - round(r.free_before_load_bytes * (1 - fraction))
         terms = (
-            MemoryTerm("context", CONTEXT_BYTES, "CUDA context before SGLang measures free memory"),
+            MemoryTerm("context", r.context_bytes, "in use before SGLang measures free memory (context, NCCL)"),
             MemoryTerm("weights", r.weights_bytes, "weights as loaded on this rank"),
-            MemoryTerm("reserved", r.free_before_load_bytes - requested,
-                       f"left outside mem_fraction_static {r.defaults.mem_fraction_static} for activations and "
-                       "CUDA graphs"),
+            MemoryTerm("reserved", r.free_before_load_bytes - kept,
+                       f"left outside mem_fraction_static {fraction:.3f} for activations, CUDA graphs and the "
+                       "request table"),
         )
         refusal = _refusal(d, r)
         line = (f"max_total_num_tokens={tokens}, chunked_prefill_size={r.defaults.chunked_prefill_size}, "
                 f"max_running_requests={cap}, context_len={length}, page_size={page}, "
-                f"mem_fraction_static={r.defaults.mem_fraction_static}")
-        notes = []
+                f"mem_fraction_static={fraction:.3f}")
+        lines = [line]
+        if o.max_total_tokens and r.profiled_tokens < o.max_total_tokens:
+            lines.insert(0, f"max_total_tokens={o.max_total_tokens} is larger than the profiled value "
+                            f"{r.profiled_tokens}. Use the profiled value instead.")
+        notes = [f"SGLang {version} follows the rules read in {r.defaults.release.read_in}"]
         if not o.mem_fraction_static:
+            reserved = r.defaults.reserved_mib
             notes.append(
-                f"mem_fraction_static {r.defaults.mem_fraction_static} is SGLang's default for a "
-                f"{d.gpu.total_memory_bytes / GiB:,.1f} GiB card: {r.defaults.reserved_mib:,.0f} MiB reserved for "
-                "activations and CUDA graphs"
+                f"mem_fraction_static {fraction:.3f} is SGLang's default for a "
+                f"{d.gpu.total_memory_bytes / GiB:,.1f} GiB card ({r.defaults.rule})"
+                + (f": {reserved:,.0f} MiB reserved" if reserved is not None else "")
             )
         if r.state_bytes:
-            notes.append(
-                f"the Mamba/linear-attention state pool takes {MAMBA_FULL_MEMORY_RATIO} x the full KV pool's memory: "
-                f"{r.mamba_slots:,} request slots of {r.state_bytes:,} B"
-            )
+            notes.append(f"the Mamba/linear-attention state pool holds {r.mamba_slots:,} request slots of "
+                         f"{r.state_bytes:,} B, taken off the KV memory first")
+        notes.extend(r.notes)
+        checked = calibration(d, r.defaults.release)
+        if not checked.in_range:
+            notes.append(f"outside the logs SGLang was checked on ({'; '.join(checked.outside)}): {checked.error_band}")
         return EngineAccount(
             engine=self.name,
-            version=o.version,
-            total_memory_bytes=d.gpu.total_memory_bytes,
-            requested_bytes=requested + CONTEXT_BYTES,
+            version=version,
+            total_memory_bytes=r.total_memory_bytes,
+            requested_bytes=kept + r.context_bytes,
             terms=terms,
             kv_budget_bytes=max(0, r.available_kv_bytes),
             pools=tuple(pools),
@@ -338,8 +508,10 @@ class SglangEngine:
             engine_concurrency=tokens / length,
             kv_cache_tokens=tokens,
             refusal=refusal,
-            log_lines=(line,) if refusal is None else (line, f"Error: {refusal.message}"),
+            log_lines=tuple(lines) if refusal is None else (*lines, f"Error: {refusal.message}"),
             notes=tuple(notes),
             detail=r.to_dict(),
+            calibration=checked,
             per_request_at=per_request,
         )
+

@@ -1,0 +1,240 @@
+"""vLLM start-up logs (0.5 to current, V0 and V1, tabular and one-line profiling summaries) -> StartupLog.
+
+Each message vLLM prints about memory is one Pattern with the figures it carries (docs/engine-rules.md 1.2,
+1.6, 1.8 give the wording per release): the worker's memory snapshot, "Model loading took", the profiling
+summary, "Available KV cache memory", "GPU KV cache size", "Maximum concurrency", the CUDA-graph lines,
+"# GPU blocks", and the refusals. Settings come from "non-default args", the engine config line, a pasted
+`vllm serve` command and wrappers that print them (Unsloth).
+"""
+
+from __future__ import annotations
+
+import re
+
+from kvplan.calibrate.log import (
+    BLOCKS,
+    COUNT,
+    KV_OOM,
+    NUMBER,
+    OOM_OTHER,
+    OTHER_FAILURE,
+    RATIO,
+    TIMES,
+    TOKENS,
+    Collector,
+    Field,
+    StartupLog,
+    cli_flags,
+    literal_pairs,
+    number,
+    pattern,
+)
+from kvplan.calibrate.text import Record
+
+N = NUMBER
+GIB = r" ?Gi?B"
+
+PATTERNS = (
+    # Weights: V1 "Model loading took 12.56 GiB memory", V0 "Loading model weights took 14.9888 GB".
+    pattern(r"(?:Model loading|Loading model weights) took " + N + GIB, Field("weights", 1)),
+    # V1 0.9+: the worker's snapshot at start (after the CUDA context exists).
+    pattern(r"memory snapshot: .*?free_memory=" + N + r"GiB, total_memory=" + N + r"GiB, cuda_memory=" + N + "GiB",
+            Field("free_at_start", 1), Field("total", 2), Field("context", 3)),
+    # V1 0.19 debug summary, and the same words in other releases' lines.
+    pattern(r"Total non KV cache memory: " + N + GIB, Field("non_kv", 1)),
+    pattern(r"torch peak memory increase: " + N + GIB, Field("activation_peak", 1)),
+    pattern(r"non-torch forward increase memory: " + N + GIB, Field("non_torch", 1)),
+    pattern(r"weights memory: " + N + GIB, Field("weights", 1)),
+    # V0 0.6.5-0.10: "total_gpu_memory (14.74GiB) x gpu_memory_utilization (0.59) = 8.76GiB" and the next line.
+    pattern(r"total_gpu_memory \(" + N + r" ?GiB\) x gpu_memory_utilization \(" + N + r"\) = " + N + GIB,
+            Field("total", 1), Field("utilization", 2, RATIO), Field("requested", 3)),
+    pattern(r"model weights take\s+" + N + GIB, Field("weights", 1)),
+    pattern(r"non_torch_memory(?: takes|\s+)\s*" + N + GIB, Field("non_torch", 1)),
+    pattern(r"PyTorch activation peak memory(?: takes)?\s+" + N + GIB, Field("activation_peak", 1)),
+    pattern(r"reserved for KV Cache is " + N + GIB, Field("available_kv", 1)),
+    # 0.6.4 one-line and 0.6.5 tabular summaries.
+    pattern(r"total_gpu_memory(?:=|\s+)" + N + GIB, Field("total", 1)),
+    pattern(r"peak_torch_memory=" + N + GIB, Field("peak_torch_absolute", 1)),
+    # (the worker snapshot also prints "non_torch_memory=", the context at start: only 0.6.4's line is growth)
+    pattern(r"memory_usage_post_profile=" + N + r" ?Gi[bB] non_torch_memory=" + N + GIB, Field("non_torch", 2)),
+    pattern(r"kv_cache_size=" + N + GIB, Field("available_kv", 1)),
+    pattern(r"gpu_memory_utilization(?:=|\s+)" + N + r"\b(?! ?Gi?B)", Field("utilization", 1, RATIO)),
+    pattern(r"the current vLLM instance can use\s+" + N + GIB, Field("requested", 1)),
+    pattern(r"available_kv_cache_memory\s+" + N + GIB, Field("available_kv", 1)),
+    # V1.
+    pattern(r"Available KV cache memory: " + N + GIB, Field("available_kv", 1)),
+    pattern(r"Free memory on device (?:\S+ )?\(" + N + "/" + N + r" GiB\) on startup",
+            Field("free_at_start", 1), Field("total", 2)),
+    pattern(r"Desired GPU memory utilization is \(" + N + ", " + N + r" GiB\)",
+            Field("utilization", 1, RATIO), Field("requested", 2)),
+    pattern(N + r" GiB for weight,", Field("weights", 1)),
+    pattern(N + r" GiB for consumed memory", Field("consumed", 1)),
+    pattern(N + r" GiB for peak activation", Field("activation_peak", 1)),
+    pattern(N + r" GiB for non-torch memory", Field("non_torch", 1)),
+    pattern(N + r" GiB for CUDAGraph memory", Field("cuda_graph_actual", 1)),
+    pattern(r"Graph capturing finished in " + N + r" secs?, took " + N + GIB, Field("cuda_graph_actual", 2)),
+    pattern(r"CUDA graph pool memory: " + N + r" GiB \(actual\), " + N + r" GiB \(estimated\)",
+            Field("cuda_graph_actual", 1), Field("cuda_graph_estimate", 2)),
+    pattern(r"Estimated CUDA graph memory: " + N + GIB, Field("cuda_graph_estimate", 1)),
+    # Unsloth's banner: torch's total_memory in GiB ("Max memory: 14.741 GB").
+    pattern(r"Max memory[:=] " + N + " GB", Field("total", 1)),
+    # Engine-wide figures (the engine core prints them once, or once per rank in 0.10).
+    pattern(r"GPU(?: \+ host)? KV cache size: " + N + " tokens", Field("kv_tokens", 1, TOKENS), per_rank=False),
+    pattern(r"Maximum concurrency for " + N + r" tokens per request: " + N + "x",
+            Field("concurrency_len", 1, TOKENS), Field("max_concurrency", 2, TIMES), per_rank=False),
+    pattern(r"(?:# (?:GPU|gpu|cuda|CUDA|rocm) blocks|(?<![#\w] )GPU blocks|num_gpu_blocks is): " + N,
+            Field("num_blocks", 1, BLOCKS), per_rank=False),
+    pattern(r"num_gpu_blocks_override=" + N, Field("num_blocks", 1, BLOCKS), per_rank=False),
+    pattern(r"stored in KV cache \(" + N + r"\)", Field("kv_tokens", 1, TOKENS), per_rank=False),
+    pattern(N + r" GiB KV cache is needed", Field("kv_needed", 1)),
+    pattern(r"larger than the available KV cache memory \(" + N + r" GiB\)", Field("available_kv", 1)),
+    pattern(r"estimated maximum model length is " + N, Field("max_model_len_fit", 1, TOKENS), per_rank=False),
+    pattern(r"warming up sampler with " + N + r" dummy requests", Field("sampler_requests", 1, COUNT),
+            per_rank=False),
+)
+FAILURES = (
+    (re.compile(r"To serve at least one request with the models?'s max seq len"), KV_OOM),
+    (re.compile(r"is larger than the maximum number of tokens that can be stored in KV cache"), KV_OOM),
+    (re.compile(r"No available memory for the cache blocks"), KV_OOM),
+    (re.compile(r"CUDA out of memory occurred when warming up sampler"), OOM_OTHER),
+    (re.compile(r"on startup is less than desired GPU memory utilization"), OTHER_FAILURE),
+    (re.compile(r"torch\.OutOfMemoryError|torch\.cuda\.OutOfMemoryError|CUDA out of memory\. Tried"), OOM_OTHER),
+    (re.compile(r"EngineCore failed to start|Engine core initialization failed"), OTHER_FAILURE),
+)
+_EXCEPTION = re.compile(r"\b[A-Z]\w*(?:Error|Exception): \S")
+_VERSION = (
+    re.compile(r"vLLM API server version (\d[\w.+-]*)"),
+    re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v(\d[\w.+-]*)\)"),
+    re.compile(r"\bversion (\d+\.\d+[\w.+-]*)\s*$"),  # the 0.16+ banner: "▄▄ ▄█ █ ... version 0.19.0"
+    re.compile(r"\bvLLM: (\d+\.\d+[\w.+-]*?)\.?\s*$"),  # Unsloth's banner: "Transformers: 4.52.4. vLLM: 0.8.2."
+)
+_ARGS = re.compile(r"non-default args: (\{.*)")
+_NAMESPACE = re.compile(r"args: Namespace\((.*)")
+_CONFIG = re.compile(r"with config: (.*)")
+_SERVE = re.compile(r"\bvllm serve\s+(\S+)(.*)")
+_MAX_LEN = re.compile(r"Using max model len " + N)
+_CHUNKED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=" + N)
+_UNSLOTH_LOAD = re.compile(r"Unsloth: vLLM loading (\S+) with actual GPU utilization = " + N + "%")
+_UNSLOTH_STEP = re.compile(r"Chunked prefill tokens = " + N + r"\. Num Sequences = " + N)
+_UNSLOTH_GPU = re.compile(r"(?:GPU: |GPU = |\|\s+)((?:NVIDIA|Tesla|AMD)[^.]*?)\. (?:Num GPUs|Max memory)")
+_DEVICE = re.compile(r"device_name=((?:NVIDIA|AMD)_[\w-]+?)(?:\.json|,|\s|$)")
+_NVIDIA_GPU = re.compile(r"NVIDIA GPU: (NVIDIA [\w -]+)")
+
+# Flag names (non-default args, the config line, a command line) -> LogSettings fields, with a converter.
+_FLAG_FIELDS = {
+    "model": ("model", str),
+    "served_model_name": ("served_model_name", str),
+    "max_model_len": ("max_model_len", int),
+    "max_seq_len": ("max_model_len", int),
+    "tensor_parallel_size": ("tp", int),
+    "pipeline_parallel_size": ("pp", int),
+    "data_parallel_size": ("dp", int),
+    "dtype": ("dtype", str),
+    "kv_cache_dtype": ("kv_cache_dtype", str),
+    "quantization": ("quantization", str),
+    "gpu_memory_utilization": ("utilization", float),
+    "block_size": ("block_size", int),
+    "max_num_seqs": ("max_num_seqs", int),
+    "max_num_batched_tokens": ("max_num_batched_tokens", int),
+    "enforce_eager": ("enforce_eager", bool),
+    "enable_prefix_caching": ("enable_prefix_caching", bool),
+    "cpu_offload_gb": ("cpu_offload_gb", float),
+}
+_ABBREVIATED = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"}
+
+
+def _convert(kind: type, text: str) -> object | None:
+    text = text.strip().strip("'\"[]")
+    if text in ("None", "null", ""):
+        return None
+    if kind is bool:
+        return text.lower() in ("true", "1", "yes")
+    if kind is str:
+        text = text.split("'")[0].strip()
+        return text.removeprefix("torch.") or None
+    try:
+        return kind(number(text)) if kind is int else kind(text)
+    except ValueError:
+        return None
+
+
+def _settings_from(c: Collector, pairs: dict[str, str], *, user: bool, overwrite: bool = True) -> None:
+    for key, text in pairs.items():
+        key = _ABBREVIATED.get(key, key)
+        if key in _FLAG_FIELDS:
+            name, kind = _FLAG_FIELDS[key]
+            c.set(name, _convert(kind, text), user=user, overwrite=overwrite)
+
+
+def _settings(c: Collector, rec: Record) -> None:
+    text = rec.text
+    m = _ARGS.search(text)
+    if m:
+        pairs = literal_pairs(m.group(1))
+        pairs.pop("model_tag", None)
+        _settings_from(c, pairs, user=True)
+    m = _NAMESPACE.search(text)
+    if m:
+        _settings_from(c, literal_pairs(m.group(1)), user=True)
+    m = _CONFIG.search(text)
+    if m:
+        # The engine's resolved config: it fills what the user's flags left to defaults.
+        _settings_from(c, literal_pairs(m.group(1)), user=False, overwrite=False)
+    m = _SERVE.search(text)
+    if m:
+        c.set("model", m.group(1), user=True, overwrite=False)
+        _settings_from(c, cli_flags(m.group(2)), user=True, overwrite=False)
+    for regex, name in ((_MAX_LEN, "max_model_len"), (_CHUNKED, "max_num_batched_tokens")):
+        m = regex.search(text)
+        if m:
+            c.set(name, int(number(m.group(1))), overwrite=False)
+    # Unsloth chooses these and passes them to vLLM as the user would.
+    m = _UNSLOTH_LOAD.search(text)
+    if m:
+        c.set("model", m.group(1), user=True, overwrite=False)
+        c.set("utilization", round(number(m.group(2)) / 100, 4), user=True, overwrite=False)
+    m = _UNSLOTH_STEP.search(text)
+    if m:
+        c.set("max_num_batched_tokens", int(number(m.group(1))), user=True, overwrite=False)
+        c.set("max_num_seqs", int(number(m.group(2))), user=True, overwrite=False)
+    for regex in (_UNSLOTH_GPU, _NVIDIA_GPU, _DEVICE):
+        m = regex.search(text)
+        if m:
+            c.set("device_name", m.group(1).replace("_", " ").strip(), overwrite=False)
+
+
+def read_vllm(records: list[Record], source: str) -> StartupLog:
+    """The vLLM start-up these records tell."""
+    c = Collector("vllm")
+    for rec in records:
+        c.apply(PATTERNS, rec)
+        _settings(c, rec)
+        if c.version is None:
+            for regex in _VERSION:
+                m = regex.search(rec.text)
+                if m:
+                    c.version = m.group(1)
+                    break
+        for regex, outcome in FAILURES:
+            if regex.search(rec.text):
+                c.fail(outcome, rec.text)
+        if c.outcome == OTHER_FAILURE and _EXCEPTION.search(rec.text) and "failed to start" in (c.error or ""):
+            c.error = rec.text.strip()[:400]  # the exception that made the engine fail, not the banner
+        for r in c.by_rank.get(rec.rank or "driver", [])[-4:] + c.summary[-2:]:
+            if r.line == rec.line and ((r.key == "num_blocks" and r.value <= 0) or
+                                       (r.key == "available_kv" and r.value < 0)):
+                # vLLM stops here: "No available memory for the cache blocks" (raise_if_cache_size_invalid).
+                c.fail(KV_OOM, rec.text)
+    tokens = [r for r in c.summary if r.key == "kv_tokens"]
+    if len({r.value for r in tokens}) > 1:
+        c.notes.append(f"{len(tokens)} ranks printed GPU KV cache sizes from {min(r.value for r in tokens):,.0f} "
+                       f"to {max(r.value for r in tokens):,.0f} tokens; vLLM runs at the smallest")
+        low = min(tokens, key=lambda r: r.value)
+        c.summary = [r for r in c.summary if r.key != "kv_tokens"] + [low]
+    return c.build(source, len(records), _started)
+
+
+def _started(c: Collector) -> bool:
+    """The KV cache was sized: vLLM printed its size or the blocks."""
+    return any(r.key in ("kv_tokens", "num_blocks", "max_concurrency") for r in c.summary) or any(
+        r.key == "available_kv" for rs in c.by_rank.values() for r in rs)
