@@ -115,7 +115,7 @@ def instances_for(num_gpus: int | None, gpus_per_instance: int) -> int:
 
 
 def _checkpoint_from_hub(source: ModelSource, model: ModelSpec) -> WeightsChoice:
-    from kvplan.capacity.weights import hub_weights_source, weights_from_hub
+    from kvplan.sources.hub import fetch_safetensors_bytes  # the network edge, imported only when asked for
 
     if source.offline:
         raise FieldError("source.weights_from_hub", "reads the Hub; drop offline, or give the checkpoint size")
@@ -123,8 +123,9 @@ def _checkpoint_from_hub(source: ModelSource, model: ModelSpec) -> WeightsChoice
         raise FieldError("source.weights_from_hub", f"needs a Hub repo id, and {source.model!r} is a local path; "
                          "give the checkpoint size instead")
     return WeightsChoice(
-        checkpoint_bytes=weights_from_hub(model.name, source.revision, source.token),
-        checkpoint_source=hub_weights_source(model.name, source.revision),
+        checkpoint_bytes=fetch_safetensors_bytes(model.name, revision=source.revision, token=source.token).total_bytes,
+        checkpoint_source=f"safetensors headers of {model.name}@{source.revision or 'main'} on the Hub "
+        "(--weights-from-hub)",
     )
 
 

@@ -64,8 +64,9 @@ def hub_env(hub_server: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     `huggingface_hub.constants` when it is first imported, and some of its defaults are bound then. Another test
     (or kvplan itself) may have imported it already in this process, so setting the environment alone would leave
     a stale endpoint (requests to huggingface.co) or the developer's real cache and token in play. We set both the
-    environment (for kvplan.sources.hub, which reads HF_ENDPOINT and HF_HUB_OFFLINE at call time, and for subprocesses) and
-    the constants (for everything huggingface_hub reads from them at call time: cache dir, token file, timeouts).
+    environment (for kvplan.sources.hub, which reads HF_ENDPOINT and HF_HUB_OFFLINE at call time, and for
+    subprocesses) and the constants (for everything huggingface_hub reads from them at call time: cache dir,
+    token file, timeouts).
     """
     return route_to(hub_server, tmp_path, monkeypatch)
 

@@ -67,7 +67,11 @@ def test_real_lws_deepseek_flags_inside_sh_c() -> None:
 def test_real_maverick_bf16_h200_behind_hf_token_placeholder() -> None:
     (r,) = real("gke-vllm-llama4-maverick-bf16-8xh200.yaml")
     assert (r.model, r.gpu, r.num_gpus, r.tensor_parallel_size) == (
-        "meta-llama/Llama-4-Maverick-17B-128E-Instruct", "nvidia-h200-141gb", 8, 8)
+        "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
+        "nvidia-h200-141gb",
+        8,
+        8,
+    )
     assert (r.max_model_len, r.gpu_memory_utilization, r.kv_cache_dtype, r.max_num_seqs) == (131072, 0.95, "auto", 64)
 
 
@@ -95,13 +99,24 @@ def test_real_kubeai_pp4_tp2_abbreviated_flag() -> None:
 
 def test_real_gie_abbreviated_max_num_seq() -> None:
     (r,) = real("ps-k8s-gie-llama3-1b-deployment.yaml")
-    assert (r.model, r.num_gpus, r.tensor_parallel_size, r.max_num_seqs) == ("meta-llama/Llama-3.2-1B-Instruct", 1, 1, 1024)
+    assert (r.model, r.num_gpus, r.tensor_parallel_size, r.max_num_seqs) == (
+        "meta-llama/Llama-3.2-1B-Instruct",
+        1,
+        1,
+        1024,
+    )
     assert r.gpu is None and "gpu" in unresolved_fields(r)
 
 
 def test_real_tgi_env_configured() -> None:
     (r,) = real("gke-tgi-gemma2-27b-4xl4-env-maxtotaltokens.yaml")
-    assert (r.engine, r.model, r.gpu, r.num_gpus, r.tensor_parallel_size) == ("tgi", "google/gemma-2-27b-it", "nvidia-l4", 4, 4)
+    assert (r.engine, r.model, r.gpu, r.num_gpus, r.tensor_parallel_size) == (
+        "tgi",
+        "google/gemma-2-27b-it",
+        "nvidia-l4",
+        4,
+        4,
+    )
     assert (r.max_model_len, r.gpu_memory_utilization) == (2048, 0.93)
     assert r.flag("max-input-length") == "1562"
 
@@ -109,14 +124,22 @@ def test_real_tgi_env_configured() -> None:
 def test_real_production_stack_two_models() -> None:
     a, b = real("ps-values-multiple-models.yaml")
     assert (a.model, a.num_gpus, a.max_model_len, a.gpu_memory_utilization, a.max_num_seqs) == (
-        "meta-llama/Llama-3.1-8B-Instruct", 1, 4096, 0.8, 32)
+        "meta-llama/Llama-3.1-8B-Instruct",
+        1,
+        4096,
+        0.8,
+        32,
+    )
     assert (b.model, b.gpu_memory_utilization) == ("mistralai/Mistral-7B-Instruct-v0.2", 0.95)
 
 
 def test_real_kserve_model_from_s3_path_despite_placeholder() -> None:
     (r,) = real("kserve-isvc-hf-llama31-8b-g5.yaml")
     assert (r.model, r.gpu, r.gpu_source) == (
-        "meta-llama/Meta-Llama-3.1-8B-Instruct", "g5.8xlarge", "nodeSelector node.kubernetes.io/instance-type")
+        "meta-llama/Meta-Llama-3.1-8B-Instruct",
+        "g5.8xlarge",
+        "nodeSelector node.kubernetes.io/instance-type",
+    )
     assert (r.max_model_len, r.gpu_memory_utilization, r.num_gpus) == (1024, 0.95, 1)
 
 
@@ -147,14 +170,23 @@ def test_real_kubeai_catalog_one_request_per_entry() -> None:
 
 def test_multi_document_k8s() -> None:
     chat, big = one(FIXTURES / "k8s-multi.yaml")  # the Service between them is not a deployment
-    assert (chat.name, chat.location.line, chat.engine, chat.model) == ("chat/vllm", 13, "vllm", "meta-llama/Llama-3.1-8B-Instruct")
+    assert (chat.name, chat.location.line, chat.engine, chat.model) == (
+        "chat/vllm",
+        13,
+        "vllm",
+        "meta-llama/Llama-3.1-8B-Instruct",
+    )
     assert (chat.gpu, chat.gpu_source, chat.num_gpus) == ("H100-80GB", "annotation kvplan.io/gpu", 1)
     assert (chat.max_model_len, chat.gpu_memory_utilization, chat.kv_cache_dtype) == (32768, 0.92, "fp8")
     assert (chat.max_num_seqs, chat.enable_prefix_caching) == (128, False)  # --max-num-seq, --no-enable-prefix-caching
     assert chat.flag("enforce-eager") == "true"
     # sh -c with a line continuation, && and ;, $(MODEL) from env, ${TP} from env, vLLM's "128k" = 128 * 1000.
     assert (big.model, big.tensor_parallel_size, big.max_model_len, big.block_size) == (
-        "Qwen/Qwen2.5-72B-Instruct", 4, 128_000, 32)
+        "Qwen/Qwen2.5-72B-Instruct",
+        4,
+        128_000,
+        32,
+    )
     assert (big.gpu, big.gpu_source) == ("NVIDIA-A100-SXM4-80GB", "node affinity nvidia.com/gpu.product")
     assert "8 GPUs requested but tp x pp = 4 uses 4" in big.notes
 
@@ -181,7 +213,12 @@ def test_missing_gpu_type_and_default_gpu() -> None:
 
 def test_sglang() -> None:
     (r,) = one(FIXTURES / "sglang.yaml")
-    assert (r.engine, r.model, r.tensor_parallel_size, r.num_gpus) == ("sglang", "meta-llama/Llama-3.1-70B-Instruct", 4, 4)
+    assert (r.engine, r.model, r.tensor_parallel_size, r.num_gpus) == (
+        "sglang",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        4,
+        4,
+    )
     assert (r.gpu_memory_utilization, r.max_model_len, r.kv_cache_dtype) == (0.85, 65536, "fp8_e5m2")
     assert (r.block_size, r.max_num_seqs, r.enable_prefix_caching) == (16, 48, False)
 
@@ -204,7 +241,12 @@ def test_production_stack_values() -> None:
 
 def test_vllm_config_file() -> None:
     (r,) = one(FIXTURES / "vllm-config.yaml", gpu="H100-80GB")
-    assert (r.source_format, r.model, r.tensor_parallel_size, r.num_gpus) == ("vllm-config", "google/gemma-3-27b-it", 2, 2)
+    assert (r.source_format, r.model, r.tensor_parallel_size, r.num_gpus) == (
+        "vllm-config",
+        "google/gemma-3-27b-it",
+        2,
+        2,
+    )
     assert (r.max_model_len, r.gpu_memory_utilization, r.enable_prefix_caching) == (65536, 0.9, False)
     assert r.max_num_batched_tokens == 16 * 1024  # "16K": upper-case suffix is binary in vLLM
 
@@ -212,7 +254,12 @@ def test_vllm_config_file() -> None:
 def test_kvplan_schema() -> None:
     chat, coder = one(FIXTURES / "kvplan.yaml")
     assert (chat.model, chat.gpu, chat.num_gpus, chat.max_num_seqs, chat.min_margin) == (
-        "meta-llama/Llama-3.1-8B-Instruct", "H100-80GB", 2, 8, 0.1)
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "H100-80GB",
+        2,
+        8,
+        0.1,
+    )
     assert (coder.engine, coder.tensor_parallel_size, coder.num_gpus) == ("sglang", 2, 2)
     assert "gpu" in unresolved_fields(coder)
 
@@ -235,7 +282,12 @@ def test_json_schema_lists_the_same_keys() -> None:
 
 def test_compose() -> None:
     vllm, tgi = one(FIXTURES / "compose.yaml")  # redis runs no engine
-    assert (vllm.model, vllm.gpu, vllm.num_gpus, vllm.tensor_parallel_size) == ("microsoft/Phi-4-mini-instruct", "RTX-4090", 2, 2)
+    assert (vllm.model, vllm.gpu, vllm.num_gpus, vllm.tensor_parallel_size) == (
+        "microsoft/Phi-4-mini-instruct",
+        "RTX-4090",
+        2,
+        2,
+    )
     assert (vllm.max_model_len, vllm.gpu_memory_utilization) == (16384, 0.8)  # ${MAX_LEN:-16384} takes its default
     assert unresolved_fields(tgi) == {"num_gpus", "gpu", "max_model_len"}  # count: all, no label, ${TGI_TOTAL} unset
 
@@ -274,11 +326,31 @@ def test_normalize_model(raw: str, expected: str | None) -> None:
 
 
 def test_vllm_argv_booleans_positionals_and_prefixes() -> None:
-    parsed = parse_args("vllm", ["--enforce-eager", "org/model", "--max_model_len", "4096", "--max-num-batched-token=2048",
-                                 "-tp", "2", "--enable-chunked-prefill=false", "--served-model-name", "a", "b"])
+    parsed = parse_args(
+        "vllm",
+        [
+            "--enforce-eager",
+            "org/model",
+            "--max_model_len",
+            "4096",
+            "--max-num-batched-token=2048",
+            "-tp",
+            "2",
+            "--enable-chunked-prefill=false",
+            "--served-model-name",
+            "a",
+            "b",
+        ],
+    )
     assert parsed.positionals == ("org/model",)  # --enforce-eager takes no value
-    assert dict(parsed.flags) == {"enforce-eager": "true", "max-model-len": "4096", "max-num-batched-tokens": "2048",
-                                  "tensor-parallel-size": "2", "enable-chunked-prefill": "false", "served-model-name": "a b"}
+    assert dict(parsed.flags) == {
+        "enforce-eager": "true",
+        "max-model-len": "4096",
+        "max-num-batched-tokens": "2048",
+        "tensor-parallel-size": "2",
+        "enable-chunked-prefill": "false",
+        "served-model-name": "a b",
+    }
 
 
 def test_ambiguous_prefix_is_kept_as_unknown() -> None:
@@ -288,14 +360,20 @@ def test_ambiguous_prefix_is_kept_as_unknown() -> None:
 
 
 def test_shell_split_keeps_quoted_separators() -> None:
-    assert shell_commands("echo 'a; b' && vllm serve m --x=1;\nrun", {}) == [["echo", "a; b"], ["vllm", "serve", "m", "--x=1"], ["run"]]
+    assert shell_commands("echo 'a; b' && vllm serve m --x=1;\nrun", {}) == [
+        ["echo", "a; b"],
+        ["vllm", "serve", "m", "--x=1"],
+        ["run"],
+    ]
 
 
 def test_find_invocation_forms() -> None:
     env = {"M": "org/m"}
     assert find_invocation(["vllm", "serve", "$(M)"], [], None, env).argv == ("org/m",)
     assert find_invocation(["python3", "-u", "-m", "sglang.launch_server"], ["--tp", "2"], None, {}).engine == "sglang"
-    assert find_invocation([], ["--model-id", "x"], "ghcr.io/huggingface/text-generation-inference:3", {}).engine == "tgi"
+    assert (
+        find_invocation([], ["--model-id", "x"], "ghcr.io/huggingface/text-generation-inference:3", {}).engine == "tgi"
+    )
     assert find_invocation(["bash", "-c", "sleep 1"], [], "vllm/vllm-openai:latest", {}) is None
     assert find_invocation([], ["--port", "1"], "redis:7", {}) is None
 

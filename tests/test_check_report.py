@@ -16,27 +16,53 @@ GiB = 2**30
 
 
 def request(name: str = "chat", **kwargs) -> DeploymentRequest:
-    defaults = dict(location=Location("deploy/k8s.yaml", 12), name=name, source_format="k8s", engine="vllm",
-                    model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100-80GB", gpu_source="annotation kvplan.io/gpu",
-                    num_gpus=1, max_model_len=8192, max_num_seqs=64)
+    defaults = dict(
+        location=Location("deploy/k8s.yaml", 12),
+        name=name,
+        source_format="k8s",
+        engine="vllm",
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        gpu="H100-80GB",
+        gpu_source="annotation kvplan.io/gpu",
+        num_gpus=1,
+        max_model_len=8192,
+        max_num_seqs=64,
+    )
     defaults.update(kwargs)
     return DeploymentRequest(**defaults)
 
 
 def fits(margin: float = 0.25, **kwargs) -> CheckResult:
-    return CheckResult(request(**kwargs), "fits", kv_needed_bytes=4 * GiB, kv_available_bytes=40 * GiB,
-                       max_concurrency=80.5, margin=margin)
+    return CheckResult(
+        request(**kwargs),
+        "fits",
+        kv_needed_bytes=4 * GiB,
+        kv_available_bytes=40 * GiB,
+        max_concurrency=80.5,
+        margin=margin,
+    )
 
 
 def does_not_fit(**kwargs) -> CheckResult:
-    return CheckResult(request(name="huge", **kwargs), "does_not_fit", kv_needed_bytes=64 * GiB,
-                       kv_available_bytes=20 * GiB, max_concurrency=0.31, margin=-2.2,
-                       reason="To serve at least one request with the model's max seq len (131072), (16.00 GiB KV cache is needed, which is larger than the available KV cache memory (5.00 GiB)",
-                       fix="--max-model-len 40960, or --kv-cache-dtype fp8")
+    return CheckResult(
+        request(name="huge", **kwargs),
+        "does_not_fit",
+        kv_needed_bytes=64 * GiB,
+        kv_available_bytes=20 * GiB,
+        max_concurrency=0.31,
+        margin=-2.2,
+        reason="To serve at least one request with the model's max seq len (131072), (16.00 GiB KV cache is needed, "
+        "which is larger than the available KV cache memory (5.00 GiB)",
+        fix="--max-model-len 40960, or --kv-cache-dtype fp8",
+    )
 
 
 def cannot() -> CheckResult:
-    req = request(name="odd <&> \"x\"", gpu=None, unresolved=(Unresolved("gpu", "no GPU type in the manifest", "add annotation kvplan.io/gpu: H100-80GB"),))
+    req = request(
+        name='odd <&> "x"',
+        gpu=None,
+        unresolved=(Unresolved("gpu", "no GPU type in the manifest", "add annotation kvplan.io/gpu: H100-80GB"),),
+    )
     return CheckResult(req, "cannot_evaluate")
 
 
@@ -58,12 +84,28 @@ def test_exit_codes_and_precedence() -> None:
 def test_json_parses_and_carries_figures() -> None:
     payload = json.loads(render_json([fits(), does_not_fit(), cannot()], min_margin=0.3))
     first, second, third = payload["results"]
-    assert (first["file"], first["line"], first["kv_needed_bytes"], first["meets_min_margin"]) == ("deploy/k8s.yaml", 12, 4 * GiB, False)
+    assert (first["file"], first["line"], first["kv_needed_bytes"], first["meets_min_margin"]) == (
+        "deploy/k8s.yaml",
+        12,
+        4 * GiB,
+        False,
+    )
     assert second["verdict"] == "does_not_fit" and second["fix"].startswith("--max-model-len")
-    assert third["unresolved"] == [{"field": "gpu", "reason": "no GPU type in the manifest",
-                                    "how_to_fix": "add annotation kvplan.io/gpu: H100-80GB", "line": None}]
-    assert payload["summary"] == {"fits": 1, "does_not_fit": 1, "cannot_evaluate": 1, "below_min_margin": 1,
-                                  "files_skipped": 0}
+    assert third["unresolved"] == [
+        {
+            "field": "gpu",
+            "reason": "no GPU type in the manifest",
+            "how_to_fix": "add annotation kvplan.io/gpu: H100-80GB",
+            "line": None,
+        }
+    ]
+    assert payload["summary"] == {
+        "fits": 1,
+        "does_not_fit": 1,
+        "cannot_evaluate": 1,
+        "below_min_margin": 1,
+        "files_skipped": 0,
+    }
     assert payload["exit_code"] == 1 and payload["exit_reason"] == "2 deployments do not fit or miss their margin"
 
 
@@ -73,8 +115,10 @@ GITHUB_LINE = re.compile(r"^::(error|warning|notice) file=([^,:]+),line=(\d+),ti
 def test_github_annotations() -> None:
     text = render_github([fits(), does_not_fit(), cannot()])
     *lines, summary = text.splitlines()
-    assert summary == ("kvplan check: 0 files, 3 deployments: 1 fit, 1 do not fit, 1 cannot evaluate; "
-                       "exit 1: 1 deployment does not fit")
+    assert summary == (
+        "kvplan check: 0 files, 3 deployments: 1 fit, 1 do not fit, 1 cannot evaluate; "
+        "exit 1: 1 deployment does not fit"
+    )
     assert len(lines) == 3
     parsed = [GITHUB_LINE.match(line) for line in lines]
     assert all(parsed), lines

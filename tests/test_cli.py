@@ -35,11 +35,14 @@ def test_design_card_json(runner):
 
 
 def test_fits_exit_0_and_does_not_fit_exit_1(runner):
-    fits = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "8192", "--batch", "4", "--gpu", "H100")
+    fits = run_cli(
+        runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "8192", "--batch", "4", "--gpu", "H100"
+    )
     assert fits.exit_code == 0, fits.output
     assert fits.stdout.startswith("FITS on H100-80GB")
-    too_big = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "131072", "--batch", "16",
-                      "--gpu", "H100")
+    too_big = run_cli(
+        runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "131072", "--batch", "16", "--gpu", "H100"
+    )
     assert too_big.exit_code == 1
     first = too_big.stdout.split("\n\n")[0]
     assert first.startswith("DOES NOT FIT on H100-80GB") and "Best fix:" in first
@@ -47,8 +50,9 @@ def test_fits_exit_0_and_does_not_fit_exit_1(runner):
 
 def test_json_fit_fields(runner):
     # Llama-3.1-8B, 16 x 131,072 tokens: 131,072 B/token x 131,072 = 16 GiB per request = 8,192 blocks of 2 MiB.
-    data = run_json(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "131072", "--batch", "16",
-                    "--gpu", "H100")
+    data = run_json(
+        runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "131072", "--batch", "16", "--gpu", "H100"
+    )
     fit = data["gpus"][0]
     assert data["fits"] is False and fit["fits"] is False and data["reason"]["code"] == "kv_cache"
     [pool] = fit["pools"]
@@ -84,8 +88,10 @@ def test_the_best_fix_replayed_as_flags_fits(runner):
         (["--batch", "9" * 400], "--batch"),
         (["--seq", "9" * 400], "--max-model-len"),
         (["--shared-prefix", "1024"], "--shared-prefix 1024: must be shorter than the request length 1,024"),
-        (["--engine", "sglang", "--block-size", "32"], "--block-size is an option of --engine vllm / generic, not "
-                                                        "sglang; sglang's counterpart is --page-size"),
+        (
+            ["--engine", "sglang", "--block-size", "32"],
+            "--block-size is an option of --engine vllm / generic, not sglang; sglang's counterpart is --page-size",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(runner, args, message):

@@ -5,8 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from kvplan.cli import app
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
 
 README = (REPO / "README.md").read_text()
 

@@ -25,6 +25,8 @@ from kvplan.engines.transformers import hf_cache_bytes
 from kvplan.model.parse import parse_config
 from tests.conftest import REPO
 
+pytestmark = [pytest.mark.transformers, pytest.mark.slow]
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

@@ -70,8 +70,11 @@ def test_fp8_kv_doubles_tokens_for_the_same_memory():
 def test_qwen25_7b_holds_one_kv_head_per_gpu(tp):
     # 4 KV heads: tp=4 -> 1 per GPU; tp=8 -> still 1 (replicated). Page = 16 x 1 x 128 x 2 x 2 B = 8,192 B;
     # 28 layers -> 229,376 B per block.
-    r = plan_vllm(_model("Qwen/Qwen2.5-7B-Instruct"), VllmFlags(max_model_len=8192, tensor_parallel_size=tp,
-                                                               kv_cache_memory_bytes=GiB), H100)
+    r = plan_vllm(
+        _model("Qwen/Qwen2.5-7B-Instruct"),
+        VllmFlags(max_model_len=8192, tensor_parallel_size=tp, kv_cache_memory_bytes=GiB),
+        H100,
+    )
     assert r.stages[0].layout.page_bytes == 8192
     assert r.stages[0].layout.bytes_per_block == 229_376
 
@@ -84,8 +87,9 @@ def test_gemma3_groups_and_blocks_per_request():
     # Gemma-3-4B: 34 layers, 5 full + 29 sliding (window 1,024). Group size 5: 1 full group + cdiv(29, 5) = 6
     # sliding groups. At L = T = 8,192: full 512 blocks, each sliding group cdiv(min(1023 + 8192, 8192), 16) + 1
     # = 513 -> 512 + 6 x 513 = 3,590 (vLLM: 204,817 blocks / 3,590 = 57.05x).
-    r = plan_vllm(_model("google/gemma-3-4b-it"), VllmFlags(max_model_len=8192, kv_cache_memory_bytes=GiB,
-                                                          version="0.19"), H100)
+    r = plan_vllm(
+        _model("google/gemma-3-4b-it"), VllmFlags(max_model_len=8192, kv_cache_memory_bytes=GiB, version="0.19"), H100
+    )
     layout = r.stages[0].layout
     assert layout.group_size == 5
     assert len(layout.groups) == 7
@@ -152,8 +156,21 @@ def test_h100_total_is_the_logged_one():
 
 
 def test_cli_json_top_level(runner):
-    result = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "8192", "--gpu", "H100",
-                     "--gpu-memory-utilization", "0.95", "--vllm-version", "0.19", "--offline", "--json")
+    result = run_cli(
+        runner,
+        "estimate",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--max-model-len",
+        "8192",
+        "--gpu",
+        "H100",
+        "--gpu-memory-utilization",
+        "0.95",
+        "--vllm-version",
+        "0.19",
+        "--offline",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["schema_version"] == 2 and data["request"]["engine"] == "vllm"
@@ -168,8 +185,18 @@ def test_cli_json_top_level(runner):
 
 
 def test_cli_prints_vllm_lines_and_failure(runner):
-    result = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "131072", "--gpu", "H100",
-                     "--kv-cache-memory-bytes", "4GiB", "--offline")
+    result = run_cli(
+        runner,
+        "estimate",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--max-model-len",
+        "131072",
+        "--gpu",
+        "H100",
+        "--kv-cache-memory-bytes",
+        "4GiB",
+        "--offline",
+    )
     assert result.exit_code == 1, result.output
     assert "To serve at least one request" in result.stdout
     # 4 GiB = 2,048 blocks of 2 MiB; one is the null block: 2,047 x 16 = 32,752 tokens is the longest context
@@ -178,8 +205,19 @@ def test_cli_prints_vllm_lines_and_failure(runner):
 
 
 def test_cli_generic_engine_keeps_fixed_overhead(runner):
-    result = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "8192", "--gpu", "H100",
-                     "--engine", "generic", "--offline", "--json")
+    result = run_cli(
+        runner,
+        "estimate",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--seq",
+        "8192",
+        "--gpu",
+        "H100",
+        "--engine",
+        "generic",
+        "--offline",
+        "--json",
+    )
     data = json.loads(result.stdout)
     assert {t["name"]: t["bytes"] for t in data["gpus"][0]["terms"]}["overhead"] == 2 * GiB
     assert data["kv_cache_tokens"] is None
@@ -207,8 +245,13 @@ def test_estimate_states_the_batch_need_in_vllm_blocks():
     from kvplan.api import EstimateRequest, GpuChoice, ModelSource, estimate
     from kvplan.capacity.deployment import Workload
 
-    r = estimate(EstimateRequest(ModelSource("openai/gpt-oss-20b", offline=True),
-                                 Workload(max_model_len=131072, concurrency=8), gpu=GpuChoice(("H100",))))
+    r = estimate(
+        EstimateRequest(
+            ModelSource("openai/gpt-oss-20b", offline=True),
+            Workload(max_model_len=131072, concurrency=8),
+            gpu=GpuChoice(("H100",)),
+        )
+    )
     v = r.results[0].verdict
     assert v.pools[0].pool.per_request_units == 8713 and v.pools[0].pool.unit_bytes == 393_216
     assert v.kv_needed_bytes == 8 * 8713 * 393_216

@@ -1,4 +1,4 @@
-"""kvplan.cli.escape: each sink's escape is total, keeps values on one line, and lets no CI command through."""
+"""kvplan.escape: each sink's escape is total, keeps values on one line, and lets no CI command through."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from kvplan.cli.escape import ci_text, gh_data, gh_property, json_text, markup, text, xml_text
+from kvplan.escape import ci_text, gh_data, gh_property, json_text, markup, text, xml_text
 
 # What the CI systems act on: GitHub runs a line that starts with "::" after leading whitespace; its v1 syntax
 # "##[", Azure's "##vso[" and TeamCity's "##teamcity[" are found anywhere in a line.

@@ -20,6 +20,8 @@ from tests.conftest_hub import HubEnv
 from tests.deadline import deadline
 from tests.hub_server import Fault, safetensors_file
 
+pytestmark = pytest.mark.slow
+
 LIBRARY_REPO = "meta-llama/Llama-3.1-8B-Instruct"
 LIBRARY_CONFIG = json.loads((REPO / "model_configs" / "meta-llama__Llama-3.1-8B-Instruct.json").read_text())
 DEADLINE_S = 1.0

@@ -11,6 +11,8 @@ import pytest
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
@@ -18,14 +20,27 @@ def installed(tmp_path_factory):
     pytest.importorskip("setuptools")
     work = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"), str(REPO)],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(work / "dist"),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
     )
     wheel = next((work / "dist").glob("kvplan-*.whl"))
     target = work / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     )
     return target
 

@@ -28,6 +28,8 @@ import pytest
 from kvplan.model.parse import parse_config
 from kvplan.sources import library
 
+pytestmark = [pytest.mark.transformers, pytest.mark.slow]
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

@@ -34,7 +34,9 @@ def test_malformed_local_json_names_the_file(tmp_path):
         resolve_model(str(tmp_path / "config.json"))
 
 
-@pytest.mark.parametrize("name", ["meta-llama/Llama-2-7b-hf", "llama-2-7b-hf", "META-LLAMA/LLAMA-2-7B-HF", "Llama-2-7b-hf"])
+@pytest.mark.parametrize(
+    "name", ["meta-llama/Llama-2-7b-hf", "llama-2-7b-hf", "META-LLAMA/LLAMA-2-7B-HF", "Llama-2-7b-hf"]
+)
 def test_library_names_case_insensitive_with_or_without_org(name):
     assert resolve_model(name, offline=True).model.name == "meta-llama/Llama-2-7b-hf"
 

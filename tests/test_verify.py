@@ -10,6 +10,8 @@ pytest.importorskip("torch")
 
 from tests.conftest import run_cli  # noqa: E402
 
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
 # Small runs: few tokens, 4 decode steps, and the arithmetic through the first layers only (the bytes check
 # still covers every layer). Each case pins the predicted bytes with its derivation.
 CASES = [

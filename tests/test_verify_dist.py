@@ -10,6 +10,8 @@ pytest.importorskip("torch")
 
 from tests.conftest import run_cli  # noqa: E402
 
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
 
 def test_tp2_on_cpu_shows_each_ranks_shard(runner):
     # Llama-3.2-1B's 8 KV heads over 2 ranks = 4 per rank: 4 x 128 x 2 B = 1,024 B per token per layer; 20 tokens

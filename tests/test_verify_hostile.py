@@ -18,6 +18,8 @@ from kvplan.verify.host_memory import Headroom, host_headroom
 from tests.conftest import REPO, run_cli
 from tests.deadline import deadline
 
+pytestmark = pytest.mark.torch
+
 LLAMA = ["meta-llama/Llama-3.2-1B-Instruct", "--seq", "20", "--steps", "2", "--decode-layers", "1", "--device", "cpu"]
 GiB = 1 << 30
 

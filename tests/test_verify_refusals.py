@@ -9,6 +9,8 @@ import pytest
 
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.torch
+
 LLAMA = ["meta-llama/Llama-3.2-1B-Instruct", "--seq", "20", "--steps", "2", "--decode-layers", "1", "--device", "cpu"]
 
 

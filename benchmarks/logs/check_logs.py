@@ -16,6 +16,7 @@ Exit status is 1 when any line fails a check. Checks:
     (e.g. "Available KV cache memory: X GiB" == available_kv_gib);
   * ids are unique, and no two records carry the same KV-sizing lines (a duplicate quote).
 """
+
 import collections
 import json
 import os
@@ -30,9 +31,35 @@ FILES = {
     "trtllm.jsonl": ("trtllm", "holdout"),
 }
 GPU_KEYS = {
-    "H100-80GB", "H100-PCIE", "H100-NVL", "H200", "GH200-96GB", "H20", "B200", "A100-80GB", "A100-80GB-PCIE",
-    "A100-40GB", "A100-40GB-PCIE", "A10G", "A10", "A30", "A40", "L4", "L40", "L40S", "T4", "V100-16GB", "V100-32GB",
-    "RTX-3090", "RTX-4090", "RTX-5090", "RTX-6000-ADA", "RTX-A6000", "MI300X", "MI325X", "MI355X",
+    "H100-80GB",
+    "H100-PCIE",
+    "H100-NVL",
+    "H200",
+    "GH200-96GB",
+    "H20",
+    "B200",
+    "A100-80GB",
+    "A100-80GB-PCIE",
+    "A100-40GB",
+    "A100-40GB-PCIE",
+    "A10G",
+    "A10",
+    "A30",
+    "A40",
+    "L4",
+    "L40",
+    "L40S",
+    "T4",
+    "V100-16GB",
+    "V100-32GB",
+    "RTX-3090",
+    "RTX-4090",
+    "RTX-5090",
+    "RTX-6000-ADA",
+    "RTX-A6000",
+    "MI300X",
+    "MI325X",
+    "MI355X",
 }
 OUTCOMES = {"started", "kv_oom", "oom_other", "other_failure"}
 NUM = (int, float)
@@ -41,49 +68,101 @@ OPT_STR = (str, type(None))
 OPT_INT = (int, type(None))
 
 COMMON = {
-    "id": str, "source_url": str, "engine": str, "split": str, "model": OPT_STR, "gpu": OPT_STR,
-    "error_text": OPT_STR, "notes": OPT_STR, "raw": list,
+    "id": str,
+    "source_url": str,
+    "engine": str,
+    "split": str,
+    "model": OPT_STR,
+    "gpu": OPT_STR,
+    "error_text": OPT_STR,
+    "notes": OPT_STR,
+    "raw": list,
 }
 HOLDOUT_EXTRA = {"engine_version": OPT_STR, "outcome": str, "gpu_key": OPT_STR, "flags": (dict, type(None))}
 VLLM = {
-    "num_gpus": OPT_INT, "tp": OPT_INT, "pp": OPT_INT, "max_model_len": OPT_INT, "gpu_memory_utilization": OPT_NUM,
-    "kv_cache_dtype": OPT_STR, "block_size": OPT_INT, "quantization": OPT_STR, "vllm_version": OPT_STR,
-    "weights_gib": OPT_NUM, "available_kv_gib": OPT_NUM, "kv_tokens": OPT_INT, "num_gpu_blocks": OPT_INT,
-    "max_concurrency": OPT_NUM, "concurrency_tokens": OPT_INT, "total_gpu_memory_gib": OPT_NUM,
-    "activation_peak_gib": OPT_NUM, "non_torch_gib": OPT_NUM,
+    "num_gpus": OPT_INT,
+    "tp": OPT_INT,
+    "pp": OPT_INT,
+    "max_model_len": OPT_INT,
+    "gpu_memory_utilization": OPT_NUM,
+    "kv_cache_dtype": OPT_STR,
+    "block_size": OPT_INT,
+    "quantization": OPT_STR,
+    "vllm_version": OPT_STR,
+    "weights_gib": OPT_NUM,
+    "available_kv_gib": OPT_NUM,
+    "kv_tokens": OPT_INT,
+    "num_gpu_blocks": OPT_INT,
+    "max_concurrency": OPT_NUM,
+    "concurrency_tokens": OPT_INT,
+    "total_gpu_memory_gib": OPT_NUM,
+    "activation_peak_gib": OPT_NUM,
+    "non_torch_gib": OPT_NUM,
 }
 SGLANG = {
-    "num_gpus": OPT_INT, "tp": OPT_INT, "avail_mem_before_load_gb": OPT_NUM, "weights_mem_usage_gb": OPT_NUM,
-    "avail_mem_after_load_gb": OPT_NUM, "kv_alloc_tokens": OPT_INT, "k_size_gb": OPT_NUM, "v_size_gb": OPT_NUM,
-    "kv_size_gb": OPT_NUM, "avail_mem_after_kv_gb": OPT_NUM, "max_total_num_tokens": OPT_INT,
-    "max_running_requests": OPT_INT, "context_len": OPT_INT, "available_gpu_mem": OPT_NUM,
+    "num_gpus": OPT_INT,
+    "tp": OPT_INT,
+    "avail_mem_before_load_gb": OPT_NUM,
+    "weights_mem_usage_gb": OPT_NUM,
+    "avail_mem_after_load_gb": OPT_NUM,
+    "kv_alloc_tokens": OPT_INT,
+    "k_size_gb": OPT_NUM,
+    "v_size_gb": OPT_NUM,
+    "kv_size_gb": OPT_NUM,
+    "avail_mem_after_kv_gb": OPT_NUM,
+    "max_total_num_tokens": OPT_INT,
+    "max_running_requests": OPT_INT,
+    "context_len": OPT_INT,
+    "available_gpu_mem": OPT_NUM,
 }
 TRTLLM = {"num_gpus": OPT_INT, "tp": OPT_INT}
 
 N = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"
 # field -> list of regexes; the field must equal the number captured by one of them somewhere in raw
 VLLM_FIGS = {
-    "available_kv_gib": [r"Available KV cache memory: " + N + r" ?GiB", r"kv_cache_size=" + N + r" ?GiB",
-                         r"reserved for KV Cache is " + N + r" ?GiB",
-                         r"larger than the available KV cache memory \(" + N + r" ?GiB\)",
-                         r"available_kv_cache_memory\s+" + N + r" ?GiB"],
+    "available_kv_gib": [
+        r"Available KV cache memory: " + N + r" ?GiB",
+        r"kv_cache_size=" + N + r" ?GiB",
+        r"reserved for KV Cache is " + N + r" ?GiB",
+        r"larger than the available KV cache memory \(" + N + r" ?GiB\)",
+        r"available_kv_cache_memory\s+" + N + r" ?GiB",
+    ],
     "kv_needed_gib": [N + r" GiB KV cache is needed"],
     "estimated_max_model_len": [r"estimated maximum model length is " + N],
     "kv_capacity_tokens_in_error": [r"maximum number of tokens that can be stored in KV cache \(" + N + r"\)"],
     "kv_tokens": [r"GPU KV cache size: " + N + r" tokens"],
-    "num_gpu_blocks": [r"# (?:GPU|gpu|cuda|CUDA|rocm) blocks: " + N, r"(?<![#\w] )GPU blocks: " + N,
-                       r"num_gpu_blocks is: " + N],
+    "num_gpu_blocks": [
+        r"# (?:GPU|gpu|cuda|CUDA|rocm) blocks: " + N,
+        r"(?<![#\w] )GPU blocks: " + N,
+        r"num_gpu_blocks is: " + N,
+    ],
     "max_concurrency": [r"Maximum concurrency for [0-9,]+ tokens per request: " + N + r"x"],
     "concurrency_tokens": [r"Maximum concurrency for " + N + r" tokens per request"],
-    "weights_gib": [r"Model loading took " + N + r" ?Gi?B", r"Loading model weights took " + N + r" ?GB",
-                    r"model weights take\s+" + N + r" ?GiB", r"weights memory: " + N + r" ?GiB"],
-    "total_gpu_memory_gib": [r"total_gpu_memory[= ]\(?" + N + r" ?GiB", r"total_gpu_memory\s+" + N + r" ?GiB", r"total_memory=" + N + r" ?GiB",
-                             r"Free memory on device \([0-9.]+/" + N + r" GiB\)"],
-    "activation_peak_gib": [r"torch peak memory increase: " + N + r" ?GiB", r"activation peak memory takes " + N + r" ?GiB",
-                            r"PyTorch activation peak memory\s+" + N + r" ?GiB", N + r" GiB for peak activation"],
-    "non_torch_gib": [r"non-torch forward increase memory: " + N + r" ?GiB", r"non_torch_memory takes " + N + r" ?GiB",
-                      r"non_torch_memory=" + N + r" ?GiB", r"non_torch_memory\s+" + N + r" ?GiB",
-                      N + r" GiB for non-torch memory"],
+    "weights_gib": [
+        r"Model loading took " + N + r" ?Gi?B",
+        r"Loading model weights took " + N + r" ?GB",
+        r"model weights take\s+" + N + r" ?GiB",
+        r"weights memory: " + N + r" ?GiB",
+    ],
+    "total_gpu_memory_gib": [
+        r"total_gpu_memory[= ]\(?" + N + r" ?GiB",
+        r"total_gpu_memory\s+" + N + r" ?GiB",
+        r"total_memory=" + N + r" ?GiB",
+        r"Free memory on device \([0-9.]+/" + N + r" GiB\)",
+    ],
+    "activation_peak_gib": [
+        r"torch peak memory increase: " + N + r" ?GiB",
+        r"activation peak memory takes " + N + r" ?GiB",
+        r"PyTorch activation peak memory\s+" + N + r" ?GiB",
+        N + r" GiB for peak activation",
+    ],
+    "non_torch_gib": [
+        r"non-torch forward increase memory: " + N + r" ?GiB",
+        r"non_torch_memory takes " + N + r" ?GiB",
+        r"non_torch_memory=" + N + r" ?GiB",
+        r"non_torch_memory\s+" + N + r" ?GiB",
+        N + r" GiB for non-torch memory",
+    ],
 }
 SGLANG_FIGS = {
     "weights_mem_usage_gb": [r"Load weight end\..*?mem usage=" + N + r" GB"],
@@ -101,16 +180,24 @@ SGLANG_FIGS = {
     "profiled_max_total_num_tokens": [r"larger than the profiled value " + N],
 }
 TRTLLM_FIGS = {
-    "kv_tokens": [r"Using " + N + r" tokens in paged KV cache", r"Allocated [0-9.]+ GiB for max tokens in paged KV cache \(" + N + r"\)",
-                  r"max_tokens=" + N],
+    "kv_tokens": [
+        r"Using " + N + r" tokens in paged KV cache",
+        r"Allocated [0-9.]+ GiB for max tokens in paged KV cache \(" + N + r"\)",
+        r"max_tokens=" + N,
+    ],
     "kv_bytes": [r"Allocate " + N + r" bytes for k/v cache"],
     "kv_alloc_gib": [r"Allocated " + N + r" GiB for max tokens in paged KV cache"],
     "num_blocks_primary": [r"Number of blocks in KV cache primary pool: " + N],
     "total_gib": [r"Memory usage when calculating max tokens in paged kv cache: total: " + N + r" ?GiB"],
-    "available_gib": [r"Memory usage when calculating max tokens in paged kv cache: total: [0-9.]+ ?GiB, available: " + N + r" ?GiB"],
+    "available_gib": [
+        r"Memory usage when calculating max tokens in paged kv cache: total: [0-9.]+ ?GiB, available: " + N + r" ?GiB"
+    ],
 }
-KV_LINE = re.compile(r"paged KV cache|k/v cache|Available KV cache memory|available_kv_cache_memory|GPU KV cache size|blocks: [0-9]|reserved for KV Cache|kv_cache_size=|"
-                     r"KV Cache is allocated|max_total_num_tokens=|Maximum concurrency")
+KV_LINE = re.compile(
+    r"paged KV cache|k/v cache|Available KV cache memory|available_kv_cache_memory|GPU KV cache size|blocks: [0-9]|"
+    r"reserved for KV Cache|kv_cache_size=|"
+    r"KV Cache is allocated|max_total_num_tokens=|Maximum concurrency"
+)
 TS = re.compile(r"^\S*\s*|\d\d:\d\d:\d\d[,.]?\d*|\d\d-\d\d|pid=\d+|TP\d+|\[[\w./]+:\d+\]")
 
 
@@ -207,12 +294,20 @@ def main(argv):
                 if sig:
                     kvsig[(engine, sig, rec.get("model"))].append(rec.get("id"))
                 gpu = rec.get("gpu_key") or ("H100-80GB" if split == "fit" else "other/unknown")
-                counts[(engine, split, gpu, release(rec), rec.get("outcome") or ("started" if not rec.get("error_text") else "failed"))] += 1
+                counts[
+                    (
+                        engine,
+                        split,
+                        gpu,
+                        release(rec),
+                        rec.get("outcome") or ("started" if not rec.get("error_text") else "failed"),
+                    )
+                ] += 1
                 totals[(engine, split)] += 1
     for k, v in ids.items():
         if v > 1:
             errors.append(f"duplicate id {k} ({v}x)")
-    for (engine, sig, model), v in kvsig.items():
+    for v in kvsig.values():
         if len(v) > 1:
             warnings.append(f"same KV lines in {len(v)} records (check they are separate runs): {v}")
 
@@ -231,9 +326,14 @@ def main(argv):
     for (e, s), n in sorted(totals.items()):
         print(f"total {e} {s}: {n}")
     hold = [k for k in counts if k[1] == "holdout"]
-    print("holdout GPU types:", len({k[2] for k in hold if k[2] != 'other/unknown'}),
-          "| vLLM releases:", len({k[3] for k in hold if k[0] == 'vllm' and k[3] != 'unknown'}),
-          "| failed starts:", sum(n for k, n in counts.items() if k[1] == 'holdout' and k[4] != 'started'))
+    print(
+        "holdout GPU types:",
+        len({k[2] for k in hold if k[2] != "other/unknown"}),
+        "| vLLM releases:",
+        len({k[3] for k in hold if k[0] == "vllm" and k[3] != "unknown"}),
+        "| failed starts:",
+        sum(n for k, n in counts.items() if k[1] == "holdout" and k[4] != "started"),
+    )
     for w in warnings:
         print("WARNING", w, file=sys.stderr)
     for e in errors:

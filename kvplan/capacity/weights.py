@@ -53,21 +53,6 @@ def runtime_quant(method: str) -> QuantSpec:
     return _RUNTIME[method]
 
 
-def weights_from_hub(repo_id: str, revision: str | None = None, token: str | None = None) -> int:
-    """Exact checkpoint bytes of a Hub repo, summed from its safetensors headers (no weights downloaded).
-
-    For `--weights-from-hub`: pass the result to estimate_weights(override_bytes=...,
-    override_source=hub_weights_source(repo_id, revision)) so the output names where the figure came from.
-    """
-    from kvplan.sources.hub import fetch_safetensors_bytes  # the network edge, imported only when asked for
-
-    return fetch_safetensors_bytes(repo_id, revision=revision, token=token).total_bytes
-
-
-def hub_weights_source(repo_id: str, revision: str | None = None) -> str:
-    return f"safetensors headers of {repo_id}@{revision or 'main'} on the Hub (--weights-from-hub)"
-
-
 def _group_stage_share(group: ParamGroup, stage_layers: int, num_layers: int, first: bool, last: bool) -> float:
     if group.name.startswith(_FIRST_STAGE):
         return 1.0 if first else 0.0

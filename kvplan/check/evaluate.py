@@ -23,7 +23,7 @@ from kvplan.engines.tgi import TgiOptions
 from kvplan.engines.vllm_engine import VllmOptions
 from kvplan.errors import KvplanError
 from kvplan.hardware.gpus import GpuSpec, custom_gpu, find_gpu
-from kvplan.planner.fixes import find_fixes
+from kvplan.planner.fixes import Fix, find_fixes
 from kvplan.planner.serialize import reason as reason_of
 from kvplan.planner.serialize import verdict_to_dict
 from kvplan.planner.verdict import Verdict, plan
@@ -195,7 +195,7 @@ def evaluate(
     margin_needed = max(m for m in (min_margin, req.min_margin, 0.0) if m is not None)
     margin = _margin(v)
     why = reason_of(v)
-    fixes = ()
+    fixes: tuple[Fix, ...] = ()
     if not v.fits or (margin or 0.0) < margin_needed:
         fixes = find_fixes(d, v, accept=lambda t: (_margin(t) or 0.0) >= margin_needed)
     return CheckResult(

@@ -41,7 +41,7 @@ _BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 _NON_PRINTABLE = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
-class YMap(dict):  # type: ignore[type-arg]
+class YMap(dict[Any, Any]):
     """A YAML mapping that remembers its own line and the line of each key (1-based)."""
 
     line: int = 0
@@ -51,7 +51,7 @@ class YMap(dict):  # type: ignore[type-arg]
         return self.key_lines.get(key, self.line)
 
 
-class YList(list):  # type: ignore[type-arg]
+class YList(list[Any]):
     """A YAML sequence that remembers its own line and the line of each item (1-based)."""
 
     line: int = 0

@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.text import Text
 
 from kvplan.check.model import CANNOT_EVALUATE, DOES_NOT_FIT, FITS, VERDICTS, CheckResult, FileReport
-from kvplan.cli.escape import ci_text, gh_data, gh_property, json_text, xml_text
 from kvplan.errors import EXIT_CANNOT_EVALUATE, EXIT_DOES_NOT_FIT, EXIT_OK
+from kvplan.escape import ci_text, gh_data, gh_property, json_text, xml_text
 from kvplan.units import fmt_gib
 
 

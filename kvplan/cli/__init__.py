@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -10,8 +11,8 @@ import typer
 
 from kvplan import __version__
 from kvplan.cli.options import Json
-from kvplan.cli.output import Output, report_error
-from kvplan.errors import EXIT_DOES_NOT_FIT, EXIT_OK, KvplanError
+from kvplan.cli.output import Output, RstripLines, report_error
+from kvplan.errors import KvplanError
 
 app = typer.Typer(
     add_completion=False,
@@ -66,10 +67,14 @@ def gpus(json_out: Json = False) -> None:
 
 def main() -> None:
     """Console-script entry point."""
+    stdout = RstripLines(sys.stdout)
+    sys.stdout = stdout
     try:
         app()
     except KvplanError as exc:  # raised outside a command (e.g. while parsing options)
         raise SystemExit(report_error(exc)) from None
+    finally:
+        stdout.close()
 
 
 # Commands that live in their own packages (their modules import nothing heavy at load time).

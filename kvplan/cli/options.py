@@ -28,19 +28,28 @@ Models = Annotated[
 ]
 Seq = Annotated[
     str | None,
-    typer.Option("--seq", "--max-model-len", help="Tokens per request as vLLM reads them (32k = 32,000, 32K = 32,768; "
-                 "default: the model's context); a list sweeps: 4k,8k,32k.", rich_help_panel=WORKLOAD),
+    typer.Option(
+        "--seq",
+        "--max-model-len",
+        help="Tokens per request as vLLM reads them (32k = 32,000, 32K = 32,768; "
+        "default: the model's context); a list sweeps: 4k,8k,32k.",
+        rich_help_panel=WORKLOAD,
+    ),
 ]
 Batch = Annotated[
     str, typer.Option("--batch", "-b", help="Requests held at once; a list sweeps: 1,8,32.", rich_help_panel=WORKLOAD)
 ]
 SharedPrefix = Annotated[
-    int, typer.Option("--shared-prefix", "--prefix-len", help="Prompt tokens requests share (cached once).",
-                      rich_help_panel=WORKLOAD),
+    int,
+    typer.Option(
+        "--shared-prefix", "--prefix-len", help="Prompt tokens requests share (cached once).", rich_help_panel=WORKLOAD
+    ),
 ]
 PrefixHitRate = Annotated[
-    float, typer.Option("--prefix-hit-rate", help="Share of requests that find that prefix cached (1).",
-                        rich_help_panel=WORKLOAD),
+    float,
+    typer.Option(
+        "--prefix-hit-rate", help="Share of requests that find that prefix cached (1).", rich_help_panel=WORKLOAD
+    ),
 ]
 InputLen = Annotated[
     int | None, typer.Option("--input-len", help="Mean prompt tokens of real requests.", rich_help_panel=WORKLOAD)
@@ -49,12 +58,16 @@ OutputLen = Annotated[
     int | None, typer.Option("--output-len", help="Mean answer tokens of real requests.", rich_help_panel=WORKLOAD)
 ]
 Lengths = Annotated[
-    str | None, typer.Option("--lengths", help="File of observed prompt/answer token pairs (or JSONL).",
-                             rich_help_panel=WORKLOAD),
+    str | None,
+    typer.Option("--lengths", help="File of observed prompt/answer token pairs (or JSONL).", rich_help_panel=WORKLOAD),
 ]
 KvCacheDtype = Annotated[
-    str, typer.Option("--kv-cache-dtype", help="auto, bf16, fp16, fp32, fp8, fp8_e4m3, fp8_e5m2, int8, int4, nvfp4.",
-                      rich_help_panel=WORKLOAD),
+    str,
+    typer.Option(
+        "--kv-cache-dtype",
+        help="auto, bf16, fp16, fp32, fp8, fp8_e4m3, fp8_e5m2, int8, int4, nvfp4.",
+        rich_help_panel=WORKLOAD,
+    ),
 ]
 Tp = Annotated[
     int, typer.Option("--tp", "--tensor-parallel-size", "-tp", help="Tensor-parallel GPUs.", rich_help_panel=PARALLEL)
@@ -63,29 +76,34 @@ Pp = Annotated[
     int, typer.Option("--pp", "--pipeline-parallel-size", "-pp", help="Pipeline stages.", rich_help_panel=PARALLEL)
 ]
 Dp = Annotated[
-    int, typer.Option("--dp", "--data-parallel-size", "-dp", help="Data-parallel ranks per instance.",
-                      rich_help_panel=PARALLEL),
+    int,
+    typer.Option(
+        "--dp", "--data-parallel-size", "-dp", help="Data-parallel ranks per instance.", rich_help_panel=PARALLEL
+    ),
 ]
 ExpertParallel = Annotated[
-    bool | None, typer.Option("--enable-expert-parallel", help="vLLM: spread MoE experts over tp x dp ranks.",
-                              rich_help_panel=PARALLEL),
+    bool | None,
+    typer.Option(
+        "--enable-expert-parallel", help="vLLM: spread MoE experts over tp x dp ranks.", rich_help_panel=PARALLEL
+    ),
 ]
 DpAttention = Annotated[
-    bool | None, typer.Option("--enable-dp-attention", help="SGLang: data-parallel attention inside tp.",
-                              rich_help_panel=PARALLEL),
+    bool | None,
+    typer.Option("--enable-dp-attention", help="SGLang: data-parallel attention inside tp.", rich_help_panel=PARALLEL),
 ]
 EpSize = Annotated[
     int | None, typer.Option("--ep-size", help="SGLang: expert-parallel ranks.", rich_help_panel=PARALLEL)
 ]
 Gpu = Annotated[
-    str | None, typer.Option("--gpu", help="GPU type: H100, A100-80GB, L4... (see `kvplan gpus`).",
-                             rich_help_panel=GPU),
+    str | None,
+    typer.Option("--gpu", help="GPU type: H100, A100-80GB, L4... (see `kvplan gpus`).", rich_help_panel=GPU),
 ]
-GpuMem = Annotated[str | None, typer.Option("--gpu-mem", help="Memory of another card, e.g. 48GiB.",
-                                            rich_help_panel=GPU)]
+GpuMem = Annotated[
+    str | None, typer.Option("--gpu-mem", help="Memory of another card, e.g. 48GiB.", rich_help_panel=GPU)
+]
 NumGpus = Annotated[
-    int | None, typer.Option("--num-gpus", help="GPUs in all; beyond one instance they are replicas.",
-                             rich_help_panel=GPU),
+    int | None,
+    typer.Option("--num-gpus", help="GPUs in all; beyond one instance they are replicas.", rich_help_panel=GPU),
 ]
 Dtype = Annotated[str, typer.Option("--dtype", help="Weight dtype: auto, bf16, fp16, fp32.", rich_help_panel=WEIGHTS)]
 Quantization = Annotated[
@@ -95,12 +113,12 @@ WeightsBytes = Annotated[
     str | None, typer.Option("--weights-bytes", help="The checkpoint's size, e.g. 15GiB.", rich_help_panel=WEIGHTS)
 ]
 WeightsFromHub = Annotated[
-    bool, typer.Option("--weights-from-hub", help="Exact size from the Hub's safetensors headers.",
-                       rich_help_panel=WEIGHTS),
+    bool,
+    typer.Option("--weights-from-hub", help="Exact size from the Hub's safetensors headers.", rich_help_panel=WEIGHTS),
 ]
 CpuOffloadGb = Annotated[
-    float | None, typer.Option("--cpu-offload-gb", help="vLLM: GiB of weights per GPU kept in CPU memory.",
-                               rich_help_panel=WEIGHTS),
+    float | None,
+    typer.Option("--cpu-offload-gb", help="vLLM: GiB of weights per GPU kept in CPU memory.", rich_help_panel=WEIGHTS),
 ]
 Revision = Annotated[str | None, typer.Option("--revision", help="Hub branch, tag or commit.", rich_help_panel=SOURCE)]
 Token = Annotated[str | None, typer.Option("--token", help="Hub token (default: HF_TOKEN).", rich_help_panel=SOURCE)]
@@ -114,17 +132,17 @@ Engine = Annotated[
     str, typer.Option("--engine", help="vllm, sglang, trtllm, transformers, generic or tgi.", rich_help_panel=VLLM)
 ]
 Profile = Annotated[
-    str | None, typer.Option("--profile", help="This box's measured terms (kvplan calibrate --save).",
-                             rich_help_panel=GPU),
+    str | None,
+    typer.Option("--profile", help="This box's measured terms (kvplan calibrate --save).", rich_help_panel=GPU),
 ]
 VllmVersion = Annotated[
-    str | None, typer.Option("--vllm-version", help="vLLM release, 0.6.0 to 0.33, or current.",
-                              rich_help_panel=VLLM)
+    str | None, typer.Option("--vllm-version", help="vLLM release, 0.6.0 to 0.33, or current.", rich_help_panel=VLLM)
 ]
 GpuMemoryUtilization = Annotated[
     float | None,
-    typer.Option("--gpu-memory-utilization", help="Share of GPU memory to use (vLLM 0.92; 0.9 <= 0.19).",
-                 rich_help_panel=VLLM),
+    typer.Option(
+        "--gpu-memory-utilization", help="Share of GPU memory to use (vLLM 0.92; 0.9 <= 0.19).", rich_help_panel=VLLM
+    ),
 ]
 BlockSize = Annotated[int | None, typer.Option("--block-size", help="Tokens per KV block (16).", rich_help_panel=VLLM)]
 MaxNumSeqs = Annotated[
@@ -135,32 +153,37 @@ MaxNumBatchedTokens = Annotated[
 ]
 PrefixCaching = Annotated[
     bool | None,
-    typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="Prefix caching (on).",
-                 rich_help_panel=VLLM),
+    typer.Option(
+        "--enable-prefix-caching/--no-enable-prefix-caching", help="Prefix caching (on).", rich_help_panel=VLLM
+    ),
 ]
 KvCacheMemory = Annotated[
     str | None,
-    typer.Option("--kv-cache-memory-bytes", "--kv-cache-memory", help="Fix the KV memory per GPU, e.g. 40GiB.",
-                 rich_help_panel=VLLM),
+    typer.Option(
+        "--kv-cache-memory-bytes",
+        "--kv-cache-memory",
+        help="Fix the KV memory per GPU, e.g. 40GiB.",
+        rich_help_panel=VLLM,
+    ),
 ]
 AllowLong = Annotated[
     bool | None,
     typer.Option("--allow-long-max-model-len", help="As VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.", rich_help_panel=VLLM),
 ]
 SglangVersion = Annotated[
-    str | None, typer.Option("--sglang-version", help="SGLang release, e.g. 0.4.3 (default: current).",
-                             rich_help_panel=SGLANG),
+    str | None,
+    typer.Option("--sglang-version", help="SGLang release, e.g. 0.4.3 (default: current).", rich_help_panel=SGLANG),
 ]
 MaxTotalTokens = Annotated[
     int | None, typer.Option("--max-total-tokens", help="Cap on the KV token pool.", rich_help_panel=SGLANG)
 ]
 AttentionBackend = Annotated[
-    str | None, typer.Option("--attention-backend", help="e.g. flashmla (some fix the page size).",
-                             rich_help_panel=SGLANG),
+    str | None,
+    typer.Option("--attention-backend", help="e.g. flashmla (some fix the page size).", rich_help_panel=SGLANG),
 ]
 MemFractionStatic = Annotated[
-    float | None, typer.Option("--mem-fraction-static", help="Share of memory free before loading.",
-                               rich_help_panel=SGLANG),
+    float | None,
+    typer.Option("--mem-fraction-static", help="Share of memory free before loading.", rich_help_panel=SGLANG),
 ]
 PageSize = Annotated[int | None, typer.Option("--page-size", help="Tokens per KV page (1).", rich_help_panel=SGLANG)]
 MaxRunningRequests = Annotated[
@@ -174,8 +197,12 @@ CudaGraphMaxBs = Annotated[
 ]
 FreeGpuMemoryFraction = Annotated[
     float | None,
-    typer.Option("--free-gpu-memory-fraction", "--kv-cache-free-gpu-mem-fraction",
-                 help="Share of memory left after loading (0.9).", rich_help_panel=TRTLLM),
+    typer.Option(
+        "--free-gpu-memory-fraction",
+        "--kv-cache-free-gpu-mem-fraction",
+        help="Share of memory left after loading (0.9).",
+        rich_help_panel=TRTLLM,
+    ),
 ]
 MaxTokens = Annotated[
     int | None, typer.Option("--max-tokens", help="Cap on the KV cache's tokens.", rich_help_panel=TRTLLM)
@@ -193,11 +220,16 @@ HfCache = Annotated[
     str | None, typer.Option("--hf-cache", help="Transformers cache: dynamic or static.", rich_help_panel=TRANSFORMERS)
 ]
 Overhead = Annotated[
-    str | None, typer.Option("--overhead", help="Activations and runtime per GPU (2 GiB).", rich_help_panel=TRANSFORMERS)
+    str | None,
+    typer.Option("--overhead", help="Activations and runtime per GPU (2 GiB).", rich_help_panel=TRANSFORMERS),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON.", rich_help_panel=OUTPUT)]
 Csv = Annotated[bool, typer.Option("--csv", help="Print one CSV row per combination.", rich_help_panel=OUTPUT)]
 Plot = Annotated[
-    str | None, typer.Option("--plot", help="Draw KV memory and concurrency against context: FILE.png or .svg "
-                             "(needs the [plot] extra).", rich_help_panel=OUTPUT),
+    str | None,
+    typer.Option(
+        "--plot",
+        help="Draw KV memory and concurrency against context: FILE.png or .svg (needs the [plot] extra).",
+        rich_help_panel=OUTPUT,
+    ),
 ]

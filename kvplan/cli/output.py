@@ -17,8 +17,8 @@ from typing import Any
 
 from rich.console import Console
 
-from kvplan.cli.escape import ci_text, json_text
 from kvplan.errors import EXIT_CANNOT_EVALUATE, KvplanError
+from kvplan.escape import ci_text, json_text
 
 DEBUG_ENV = "KVPLAN_DEBUG"
 
@@ -28,6 +28,34 @@ def stdout_console() -> Console:
     return Console(file=tolerant(sys.stdout), highlight=False, emoji=False, soft_wrap=False, width=_width())
 
 
+class RstripLines:
+    """stdout with the trailing spaces of every line dropped (rich pads help panels and tables to the width):
+    a pasted, diffed or CI-logged output carries none. Text is passed on line by line; the rest on close."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        lines = (self._pending + text).split("\n")
+        self._pending = lines.pop()
+        if lines:
+            self._stream.write("".join(line.rstrip() + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def close(self) -> None:
+        if self._pending:
+            self._stream.write(self._pending.rstrip())
+            self._pending = ""
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # isatty, encoding, fileno, ...: the real stream's
+        return getattr(self._stream, name)
+
+
 def stderr_console() -> Console:
     return Console(file=tolerant(sys.stderr), highlight=False, emoji=False, soft_wrap=True, width=_width())
 
@@ -35,7 +63,7 @@ def stderr_console() -> Console:
 def tolerant(stream: Any) -> Any:
     """The stream, set to write what its encoding cannot (an ASCII locale, a strict UTF-8 pipe) as \\u escapes.
 
-    Values are escaped before they are printed (kvplan.cli.escape); this is the last line of defence, so that a
+    Values are escaped before they are printed (kvplan.escape); this is the last line of defence, so that a
     character no escape foresaw costs a backslash, never the whole output.
     """
     if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):

@@ -1,7 +1,7 @@
 """Estimate results for people: the verdict first, then the figures behind it, within 80 columns.
 
 Values that come from a config, a file or the user are printed as plain Text (never as rich markup) through
-kvplan.cli.escape.ci_text: no control character, and no CI log command can start inside them.
+kvplan.escape.ci_text: no control character, and no CI log command can start inside them.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from rich.text import Text
 
 from kvplan.api import EstimateResult, GpuResult
 from kvplan.capacity.kv import KvEstimate
-from kvplan.cli.escape import ci_text
 from kvplan.cli.flags import change_flags
+from kvplan.escape import ci_text
 from kvplan.hardware.gpus import GpuSpec
 from kvplan.planner.serialize import reason
 from kvplan.planner.verdict import Verdict

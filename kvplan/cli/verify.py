@@ -1,4 +1,8 @@
-"""The `kvplan verify` command: parse flags, run the ranks, hand the results to the output (no torch at import)."""
+"""The `kvplan verify` command: parse flags, run the ranks, hand the results to the output (no torch at import).
+
+The options it shares with `estimate` are the same declarations (kvplan.cli.options), so their spelling,
+help and defaults cannot drift; only what verify alone does (device, layout, steps) is declared here.
+"""
 
 from __future__ import annotations
 
@@ -6,32 +10,59 @@ from typing import Annotated
 
 import typer
 
-from kvplan.cli.output import Output
-from kvplan.errors import EXIT_DOES_NOT_FIT, EXIT_OK
+from kvplan.cli import options as opt
+from kvplan.cli.lists import counts
+from kvplan.cli.output import Output, stderr_console
+from kvplan.errors import EXIT_DOES_NOT_FIT, EXIT_OK, InputError
 from kvplan.units import parse_size
+
+VERIFY = "Verify"
+Device = Annotated[
+    str | None, typer.Option("--device", help="cpu or cuda (default: cuda when there is one).", rich_help_panel=VERIFY)
+]
+Steps = Annotated[int, typer.Option("--steps", help="Tokens to decode after the prompt.", rich_help_panel=VERIFY)]
+Layout = Annotated[
+    str, typer.Option("--layout", help="paged (blocks) or contiguous [batch, heads, seq, dim].", rich_help_panel=VERIFY)
+]
+Fraction = Annotated[
+    float, typer.Option("--fraction", help="Scale the batch down for a busy or smaller device.", rich_help_panel=VERIFY)
+]
+DecodeLayers = Annotated[
+    int | None,
+    typer.Option("--decode-layers", help="Decode the first N layers (bytes cover all).", rich_help_panel=VERIFY),
+]
+NoCheck = Annotated[
+    bool, typer.Option("--no-check", help="Skip the cached-vs-recomputed check.", rich_help_panel=VERIFY)
+]
+
+
+def _one(values: tuple[int, ...], flag: str) -> int | None:
+    if len(values) > 1:
+        raise InputError(f"{flag} takes one value in verify (it allocates one cache), got {len(values)}")
+    return values[0] if values else None
 
 
 def verify_command(
-    model: Annotated[str, typer.Argument(help="Hub repo id, local config.json / model dir, or a library name.")],
-    seq: Annotated[int | None, typer.Option("--seq", "--max-model-len", help="Tokens per request (default: the model's max context).")] = None,
-    batch: Annotated[int, typer.Option("--batch", "-b", help="Concurrent requests.")] = 1,
-    kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto, fp32, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8, int4, nvfp4.")] = "auto",
-    dtype: Annotated[str, typer.Option("--dtype", help="Compute dtype on GPU: auto (as served), bf16, fp16, fp32.")] = "auto",
-    block_size: Annotated[int, typer.Option("--block-size", help="Paged-KV block size in tokens.")] = 16,
-    tp: Annotated[int, typer.Option("--tp", "--tensor-parallel-size", help="Ranks, one process each (torchrun-compatible).")] = 1,
-    pp: Annotated[int, typer.Option("--pp", "--pipeline-parallel-size", help="Pipeline stages (the fullest stage is verified).")] = 1,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="Catalog GPU whose peak bandwidth to compare with (default: detected).")] = None,
-    gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", help="Cap on the memory verify may use, e.g. 48GiB.")] = None,
-    device: Annotated[str | None, typer.Option("--device", help="cpu or cuda (default: cuda when available).")] = None,
-    steps: Annotated[int, typer.Option("--steps", help="Tokens to decode after the prompt.")] = 16,
-    layout: Annotated[str, typer.Option("--layout", help="paged (blocks of --block-size) or contiguous [batch, heads, seq, dim].")] = "paged",
-    fraction: Annotated[float, typer.Option("--fraction", help="Scale the batch down to fit a busy or smaller device.")] = 1.0,
-    decode_layers: Annotated[int | None, typer.Option("--decode-layers", help="Decode through the first N layers only (bytes still cover all).")] = None,
-    no_check: Annotated[bool, typer.Option("--no-check", help="Skip the cached-vs-recomputed correctness check.")] = False,
-    revision: Annotated[str | None, typer.Option("--revision", help="Hub revision (branch, tag or commit).")] = None,
-    token: Annotated[str | None, typer.Option("--token", help="Hub token (default: HF_TOKEN).")] = None,
-    offline: Annotated[bool, typer.Option("--offline", help="Never touch the network: bundled library and cache only.")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON (same data as the table).")] = False,
+    model: opt.Model,
+    seq: opt.Seq = None,
+    batch: opt.Batch = "1",
+    kv_cache_dtype: opt.KvCacheDtype = "auto",
+    dtype: opt.Dtype = "auto",
+    block_size: opt.BlockSize = None,
+    tp: opt.Tp = 1,
+    pp: opt.Pp = 1,
+    gpu: opt.Gpu = None,
+    gpu_mem: opt.GpuMem = None,
+    device: Device = None,
+    steps: Steps = 16,
+    layout: Layout = "paged",
+    fraction: Fraction = 1.0,
+    decode_layers: DecodeLayers = None,
+    no_check: NoCheck = False,
+    revision: opt.Revision = None,
+    token: opt.Token = None,
+    offline: opt.Offline = False,
+    json_out: opt.Json = False,
 ) -> None:
     """Allocate the planned KV cache with torch, decode through it, and check the bytes match the estimate.
 
@@ -41,11 +72,12 @@ def verify_command(
 
     out = Output(json_mode=json_out)
     report = verify(
-        model, seq_tokens=seq, batch=batch, kv_cache_dtype=kv_cache_dtype, dtype=None if dtype == "auto" else dtype,
-        block_size=block_size, tp=tp, pp=pp, gpu=gpu,
-        gpu_mem_bytes=None if gpu_mem is None else parse_size(gpu_mem, "--gpu-mem"), device=device, steps=steps,
-        layout=layout, fraction=fraction, decode_layers=decode_layers, check=not no_check, revision=revision,
-        token=token, offline=offline, progress=True,
+        model, seq_tokens=_one(counts(seq, "--max-model-len"), "--max-model-len"),
+        batch=_one(counts(batch, "--batch", human=False), "--batch") or 1,
+        kv_cache_dtype=kv_cache_dtype, dtype=None if dtype == "auto" else dtype, block_size=block_size or 16,
+        tp=tp, pp=pp, gpu=gpu, gpu_mem_bytes=None if gpu_mem is None else parse_size(gpu_mem, "--gpu-mem"),
+        device=device, steps=steps, layout=layout, fraction=fraction, decode_layers=decode_layers,
+        check=not no_check, revision=revision, token=token, offline=offline, progress=stderr_console(),
     )
     if report is None:  # a torchrun rank other than 0: rank 0 reports for everyone
         raise typer.Exit(EXIT_OK)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 from kvplan.capacity.deployment import Deployment
 from kvplan.engines import get_engine
@@ -62,10 +63,8 @@ def apply(d: Deployment, changes: Iterable[Change]) -> Deployment:
     """`d` with each change's field set: "kv_cache_dtype", "gpu", "instances", or "<part>.<name>"."""
     for c in changes:
         part, _, name = c.field.partition(".")
-        if not name:
-            d = replace(d, **{part: c.value})
-        else:
-            d = replace(d, **{part: replace(getattr(d, part), **{name: c.value})})
+        value: Any = c.value if not name else replace(getattr(d, part), **{name: c.value})
+        d = replace(d, **{part: value})
     return d
 
 
@@ -129,15 +128,15 @@ def _workload_keeping(d: Deployment, v: Verdict) -> Iterator[tuple[Change, ...]]
     if knobs.utilization is not None:
         field, high = knobs.utilization
         current = _current(d, field)
-        if current is None or float(current) < high:  # type: ignore[arg-type]
+        if not isinstance(current, int | float) or current < high:
             util_choices.append(high)
     tp_choices: list[int | None] = [None, *_valid_tps(d)]
-    for tp in tp_choices:
+    for wider in tp_choices:
         for kv in kv_choices:
             for util in util_choices:
                 changes = []
-                if tp is not None:
-                    changes.append(Change("parallelism.tp", tp))
+                if wider is not None:
+                    changes.append(Change("parallelism.tp", wider))
                 if kv is not None:
                     changes.append(Change("kv_cache_dtype", kv))
                 if util is not None and knobs.utilization is not None:

@@ -1,1 +1,1 @@
-"""`kvplan verify`: allocate the planned KV cache with torch, run a cached decode through it, compare to the estimate."""
+"""`kvplan verify`: allocate the planned KV cache with torch, decode through it, compare with the estimate."""

@@ -37,8 +37,19 @@ def _zeros(torch: ModuleType, shape: tuple[int, ...], dtype: Any, device: Any) -
 class TokenStore:
     """One per-token tensor of a layer (K, V, or an MLA latent) for the whole batch, plus its scales."""
 
-    def __init__(self, torch: ModuleType, *, layout: str, batch: int, heads: int, dim: int, slots: int,
-                 block_size: int, fmt: Format, device: Any) -> None:
+    def __init__(
+        self,
+        torch: ModuleType,
+        *,
+        layout: str,
+        batch: int,
+        heads: int,
+        dim: int,
+        slots: int,
+        block_size: int,
+        fmt: Format,
+        device: Any,
+    ) -> None:
         self.torch, self.layout, self.heads, self.dim, self.slots, self.fmt = torch, layout, heads, dim, slots, fmt
         self.block_size = block_size
         if layout == "contiguous":
@@ -49,7 +60,9 @@ class TokenStore:
             self._blocks = (batch, blocks)
         self._block_table: Any = None
         self.codes = _zeros(torch, (*lead, fmt.code_width), fmt.code_dtype, device)
-        self.scales = None if fmt.scale_dtype is None else _zeros(torch, (*lead, fmt.scale_width), fmt.scale_dtype, device)
+        self.scales: Any = (
+            None if fmt.scale_dtype is None else _zeros(torch, (*lead, fmt.scale_width), fmt.scale_dtype, device)
+        )
 
     def tensors(self) -> list[Any]:
         return [t for t in (self.codes, self.scales) if t is not None]
@@ -128,7 +141,7 @@ class TokenCache:
         drop = max(0, len(positions) - self.slots)
         kept = torch.arange(positions[drop], positions[-1] + 1, dtype=torch.long)  # positions are consecutive
         slot_idx = kept % self.slots
-        for store, x in zip(self.stores, values):
+        for store, x in zip(self.stores, values, strict=True):
             store.write(slot_idx.to(store.codes.device), x[:, :, drop:], rows)
         self.slot_pos[slot_idx] = kept
         store = self.stores[0]
@@ -252,19 +265,31 @@ def _latent_store(spec: LayerSpec, tp: int) -> tuple[tuple[int, int], ...]:
 
 def _token_cache(stores_of: Callable[[LayerSpec, int], tuple[tuple[int, int], ...]]) -> Allocator:
     """An allocator of per-token stores (contiguous or paged) shaped by `stores_of`."""
-    def allocate_tokens(torch: ModuleType, setup: VerifySetup, plan: LayerPlan, device: Any,
-                        batch: int) -> LayerCache | None:
+
+    def allocate_tokens(
+        torch: ModuleType, setup: VerifySetup, plan: LayerPlan, device: Any, batch: int
+    ) -> LayerCache | None:
         if plan.resident_tokens == 0:
             return None
         layout, block_size = setup.layout, setup.estimate.request.block_size
         slots = token_slots(plan, layout)
         stores = tuple(
-            TokenStore(torch, layout=layout, batch=batch, heads=heads, dim=dim, slots=slots, block_size=block_size,
-                       fmt=storage_format(torch, setup.kv_dtype, dim), device=device)
+            TokenStore(
+                torch,
+                layout=layout,
+                batch=batch,
+                heads=heads,
+                dim=dim,
+                slots=slots,
+                block_size=block_size,
+                fmt=storage_format(torch, setup.kv_dtype, dim),
+                device=device,
+            )
             for heads, dim in stores_of(plan.spec, setup.tp)
         )
         owner = torch.full((slots // block_size,), -1, dtype=torch.long) if layout == "paged" else None
         return TokenCache(plan, stores, torch.full((slots,), -1, dtype=torch.long), owner)
+
     return allocate_tokens
 
 
@@ -285,15 +310,22 @@ ALLOCATORS: dict[LayerKind, Allocator] = {
 }
 
 
-def allocate_layer(torch: ModuleType, setup: VerifySetup, plan: LayerPlan, device: Any,
-                   batch: int | None = None) -> LayerCache | None:
+def allocate_layer(
+    torch: ModuleType, setup: VerifySetup, plan: LayerPlan, device: Any, batch: int | None = None
+) -> LayerCache | None:
     """The cache of one layer, or None for a layer that stores nothing (MLP/MoE-only, shared KV)."""
     return ALLOCATORS[plan.spec.kind](torch, setup, plan, device, setup.batch if batch is None else batch)
 
 
-def allocate(torch: ModuleType, setup: VerifySetup, device: Any, *, batch: int | None = None,
-             on_layer: Callable[[LayerPlan, LayerCache | None], None] | None = None,
-             before_layer: Callable[[], None] | None = None) -> list[LayerCache | None]:
+def allocate(
+    torch: ModuleType,
+    setup: VerifySetup,
+    device: Any,
+    *,
+    batch: int | None = None,
+    on_layer: Callable[[LayerPlan, LayerCache | None], None] | None = None,
+    before_layer: Callable[[], None] | None = None,
+) -> list[LayerCache | None]:
     """Every layer's cache of the stage, in layer order; `before_layer`/`on_layer` let the meter bracket each one."""
     caches: list[LayerCache | None] = []
     for plan in setup.layers:

@@ -22,8 +22,9 @@ class VerifyReport:
     render: Callable[[Console], None]
 
 
-def verify(model: str, *, progress: bool = False, **flags: Any) -> VerifyReport | None:
-    """Run verify for MODEL; `flags` are VerifyRequest's fields. None on torchrun ranks other than 0."""
+def verify(model: str, *, progress: Console | None = None, **flags: Any) -> VerifyReport | None:
+    """Run verify for MODEL; `flags` are VerifyRequest's fields; `progress`: a console for the progress bar.
+    None on torchrun ranks other than 0."""
     setup = prepare(VerifyRequest(model=model, **flags))
     import_torch()  # fail early, before any rank starts, when torch is missing
     from kvplan.verify.dist import run_ranks

@@ -47,6 +47,8 @@ def _latent_heads(spec: LayerSpec, q_heads: int, tp: int) -> Heads:
     """MLA in absorbed form: every query head reads the one 576-wide latent; values are its first 512."""
     mla = cast(MLASpec, spec)
     return Heads(1, q_heads, mla.latent_dim, mla.kv_lora_rank, latent=True)
+
+
 SCORE_BYTES = 1 << 30  # attention scores one masked prefill slice may hold
 STATE_DECAY = 0.9  # a recurrent state keeps 90% of itself per token, so long prompts stay finite
 
@@ -80,8 +82,18 @@ class StepLog:
 
 
 class Decoder:
-    def __init__(self, torch: ModuleType, setup: VerifySetup, caches: list[LayerCache | None], device: Any,
-                 dtype: Any, *, seed: int = 1, reduce: Reduce | None = None, decode_layers: int | None = None) -> None:
+    def __init__(
+        self,
+        torch: ModuleType,
+        setup: VerifySetup,
+        caches: list[LayerCache | None],
+        device: Any,
+        dtype: Any,
+        *,
+        seed: int = 1,
+        reduce: Reduce | None = None,
+        decode_layers: int | None = None,
+    ) -> None:
         self.torch, self.setup, self.caches, self.device, self.dtype = torch, setup, caches, device, dtype
         self.F = torch.nn.functional
         self.weights = Weights(torch, device, seed)
@@ -93,8 +105,9 @@ class Decoder:
 
     # ---- one layer -------------------------------------------------------------------------------------
 
-    def _attention(self, plan: LayerPlan, cache: TokenCache | None, x: Any, pos0: int, rows: slice,
-                   log: dict[str, int] | None) -> Any:
+    def _attention(
+        self, plan: LayerPlan, cache: TokenCache | None, x: Any, pos0: int, rows: slice, log: dict[str, int] | None
+    ) -> Any:
         """x [b, T, hidden] at positions pos0.. -> [b, T, hidden]. T == 1 with a cache reads the cache."""
         torch, F = self.torch, self.F
         b, T, _ = x.shape
@@ -116,7 +129,10 @@ class Decoder:
             attn_mask = None if mask is None else mask.view(1, 1, 1, -1)
             o = F.scaled_dot_product_attention(q.view(b, kv, group, dk), keys, vals, attn_mask=attn_mask)
             if log is not None:
-                log["seen"], log["kv_read_bytes"] = seen, keys.shape[2] * sum(s.bytes_per_slot for s in cache.stores) * b
+                log["seen"], log["kv_read_bytes"] = (
+                    seen,
+                    keys.shape[2] * sum(s.bytes_per_slot for s in cache.stores) * b,
+                )
             o = o.reshape(b, 1, kv * group * dv)
         else:
             # prefill / recompute: causal attention over the fresh K/V, read back as the cache would store them.
@@ -151,8 +167,9 @@ class Decoder:
             lo = torch.tensor([_first_visible(plan, int(p)) for p in range(pos0 + start, pos0 + stop)], device=q.device)
             kpos = pos[:stop]
             mask = (kpos[None, :] <= qpos[:, None]) & (kpos[None, :] >= lo[:, None])
-            outs.append(F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop],
-                                                       attn_mask=mask))
+            outs.append(
+                F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop], attn_mask=mask)
+            )
         return torch.cat(outs, 2)
 
     def _state(self, plan: LayerPlan, states: list[Any], x: Any) -> Any:
@@ -168,8 +185,12 @@ class Decoder:
                 proj.append((x @ w.get("conv_in", self.hidden, s.shape[1], dt),))
             else:  # [b, P, Q] after flattening the leading dims
                 p_dim, q_dim = s[0].numel() // s.shape[-1], s.shape[-1]
-                proj.append(tuple(x @ w.get(n, self.hidden, d, dt)
-                                  for n, d in (("ssm_a", p_dim), ("ssm_b", q_dim), ("ssm_c", q_dim))))
+                proj.append(
+                    tuple(
+                        x @ w.get(n, self.hidden, d, dt)
+                        for n, d in (("ssm_a", p_dim), ("ssm_b", q_dim), ("ssm_c", q_dim))
+                    )
+                )
         reads: list[list[Any]] = [[] for _ in states]
         for t in range(T):
             for j, s in enumerate(states):
@@ -192,8 +213,11 @@ class Decoder:
             return [s[rows] for s in cache.states]  # views: updated in place
         spec = cast(StateSpec, plan.spec)
         return [
-            self.torch.zeros((b, *state_shape(t.shape, t.split_dim, self.setup.tp)),
-                             dtype=torch_dtype(self.torch, t.dtype), device=self.device)
+            self.torch.zeros(
+                (b, *state_shape(t.shape, t.split_dim, self.setup.tp)),
+                dtype=torch_dtype(self.torch, t.dtype),
+                device=self.device,
+            )
             for t in spec.tensors
         ]
 
@@ -208,8 +232,9 @@ class Decoder:
             h = LAYER_STEPS[self.setup.layers[i].spec.kind](self, i, cache, h, pos0, rows, log)
         return h
 
-    def attention_step(self, i: int, cache: LayerCache | None, h: Any, pos0: int, rows: slice,
-                       log: dict[int, dict] | None) -> Any:
+    def attention_step(
+        self, i: int, cache: LayerCache | None, h: Any, pos0: int, rows: slice, log: dict[int, dict] | None
+    ) -> Any:
         """h + attention through layer i (position i of the stage), logging what a decode step saw."""
         plan = self.setup.layers[i]
         if not plan.resident_tokens:
@@ -218,15 +243,17 @@ class Decoder:
         entry = None if log is None else log.setdefault(i, {})
         return h + self._attention(plan, cache, self._norm(h), pos0, rows, entry)
 
-    def state_step(self, i: int, cache: LayerCache | None, h: Any, pos0: int, rows: slice,
-                   log: dict[int, dict] | None) -> Any:
+    def state_step(
+        self, i: int, cache: LayerCache | None, h: Any, pos0: int, rows: slice, log: dict[int, dict] | None
+    ) -> Any:
         """h + the recurrent update of layer i's constant state."""
         plan = self.setup.layers[i]
         assert cache is None or isinstance(cache, StateCache)
         return h + self._state(plan, self._states_for(cache, plan, rows, h.shape[0]), self._norm(h))
 
-    def pass_through(self, i: int, cache: LayerCache | None, h: Any, pos0: int, rows: slice,
-                     log: dict[int, dict] | None) -> Any:
+    def pass_through(
+        self, i: int, cache: LayerCache | None, h: Any, pos0: int, rows: slice, log: dict[int, dict] | None
+    ) -> Any:
         """MLP/MoE-only and shared-KV layers: the stream goes on unchanged (no cache to exercise)."""
         return h
 
@@ -260,11 +287,7 @@ class Decoder:
 
     def _stored(self) -> dict[int, int]:
         """Tokens held per decoded attention layer (slots written so far)."""
-        return {
-            i: int((c.slot_pos >= 0).sum())
-            for i in self.decoded
-            if isinstance(c := self.caches[i], TokenCache)
-        }
+        return {i: int((c.slot_pos >= 0).sum()) for i in self.decoded if isinstance(c := self.caches[i], TokenCache)}
 
     def state_bytes(self, batch: int) -> int:
         """Bytes of recurrent state one decode step reads (and rewrites) in the decoded layers."""

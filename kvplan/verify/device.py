@@ -41,7 +41,9 @@ def pick_device(torch: ModuleType, requested: str | None, rank: int = 0) -> Any:
     if not name.startswith("cuda"):
         raise InputError(f"--device must be cpu or cuda, got {requested!r}")
     if not torch.cuda.is_available():
-        raise DeviceError("--device cuda: torch sees no CUDA device (use --device cpu, or install a CUDA build of torch)")
+        raise DeviceError(
+            "--device cuda: torch sees no CUDA device (use --device cpu, or install a CUDA build of torch)"
+        )
     index = rank if name == "cuda" else int(name.split(":", 1)[1]) + rank
     if index >= torch.cuda.device_count():
         raise DeviceError(f"rank {rank} needs cuda:{index} but torch sees {torch.cuda.device_count()} GPU(s)")
@@ -74,8 +76,13 @@ def free_bytes(torch: ModuleType, device: Any) -> tuple[int | None, str]:
 # memory: you tried to allocate 8589934592 bytes"), the C library ("Cannot allocate memory", errno 12),
 # cuBLAS workspaces (CUBLAS_STATUS_ALLOC_FAILED) and C++ (std::bad_alloc).
 _OOM_MESSAGES = (
-    "out of memory", "can't allocate memory", "cannot allocate memory", "cublas_status_alloc_failed",
-    "bad_alloc", "hiperroroutofmemory", "cudaerrormemoryallocation",
+    "out of memory",
+    "can't allocate memory",
+    "cannot allocate memory",
+    "cublas_status_alloc_failed",
+    "bad_alloc",
+    "hiperroroutofmemory",
+    "cudaerrormemoryallocation",
 )
 
 

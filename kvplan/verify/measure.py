@@ -92,6 +92,6 @@ def copy_bandwidth(torch: ModuleType, device: Any, nbytes: int, repeats: int = 5
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)  # warm up
-    _, seconds = timed(torch, device, lambda: [dst.copy_(src) for _ in range(repeats)])
+    _, seconds = timed(torch, device, lambda d=dst, s=src: [d.copy_(s) for _ in range(repeats)])
     del src, dst
     return 2 * nbytes * repeats / seconds

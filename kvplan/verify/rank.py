@@ -121,7 +121,7 @@ def workspace_bytes(setup: VerifySetup) -> int:
 
 def _q_width(setup: VerifySetup, spec: Any) -> int:
     heads = setup.model.num_attention_heads
-    dim = getattr(spec, "latent_dim", None) or getattr(spec, "head_dim", 0)
+    dim: int = getattr(spec, "latent_dim", None) or getattr(spec, "head_dim", None) or 0
     return heads * dim
 
 
@@ -317,7 +317,7 @@ def _decode(torch: ModuleType, setup: VerifySetup, dec: Decoder, device: Any, pr
     times = []
     for t in range(steps):
         x = tokens(batch, 1)[:, 0]
-        _, seconds = timed(torch, device, lambda: dec.decode_one_token(x, prompt + t, log))
+        _, seconds = timed(torch, device, lambda x=x, t=t: dec.decode_one_token(x, prompt + t, log))
         times.append(seconds)
         if progress:
             progress.advance(task)

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kvplan.cli.escape import ci_text, markup
+from kvplan.escape import ci_text, markup
 from kvplan.model.specs import LayerKind
 from kvplan.units import fmt_bytes
 from kvplan.verify.rank import RankResult
@@ -19,15 +19,21 @@ from kvplan.verify.setup import VerifySetup
 
 
 @contextmanager
-def progress_bar(enabled: bool) -> Iterator[Progress | None]:
-    """Allocation and decode progress on stderr (transient, so the table or JSON on stdout stays clean)."""
-    if not enabled:
+def progress_bar(console: Console | None) -> Iterator[Progress | None]:
+    """Allocation and decode progress on `console` (the CLI's stderr; transient, so the table or JSON on stdout
+    stays clean); None: no bar."""
+    if console is None:
         yield None
         return
-    from kvplan.cli.output import stderr_console
 
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=stderr_console(), transient=True)
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
     with bar:
         yield bar
 
@@ -47,7 +53,9 @@ def scope_notes(setup: VerifySetup, results: list[RankResult]) -> list[str]:
     if kinds.get(LayerKind.NO_CACHE) or kinds.get(LayerKind.SHARED_KV):
         notes.append("MLP/MoE-only and shared-KV layers store nothing and are passed through unchanged")
     if any(p.kind == "mla" for p in setup.layers):
-        notes.append("MLA decodes in absorbed form: queries in the latent space, values = the latent's first kv_lora_rank")
+        notes.append(
+            "MLA decodes in absorbed form: queries in the latent space, values = the latent's first kv_lora_rank"
+        )
     c = results[0].check
     if c is not None and not c.windows_wrapped and any(p.spec.window_tokens is not None for p in setup.layers):
         notes.append(f"the {c.seq_tokens}-token correctness check is shorter than the window, so the ring did not turn")
@@ -99,7 +107,9 @@ def _rank_dict(x: RankResult) -> dict[str, Any]:
     if x.decode is not None:
         bw = x.decode.bandwidth_bytes_per_s
         out["decode_bandwidth_vs_copy"] = bw / x.copy_bandwidth_bytes_per_s
-        out["decode_bandwidth_vs_peak"] = None if not x.peak_bandwidth_bytes_per_s else bw / x.peak_bandwidth_bytes_per_s
+        out["decode_bandwidth_vs_peak"] = (
+            None if not x.peak_bandwidth_bytes_per_s else bw / x.peak_bandwidth_bytes_per_s
+        )
     return out
 
 
@@ -114,14 +124,40 @@ def render(setup: VerifySetup, results: list[RankResult], passed: bool, console:
         table.add_column(col, justify="left" if col in ("kind",) else "right")
     for x in results:
         for k in x.kinds:
-            table.add_row(str(x.rank), k.kind, str(k.layers), fmt_bytes(k.predicted_bytes), fmt_bytes(k.measured_bytes),
-                          f"{k.measured_bytes:,}", "yes" if k.matches else f"NO ({k.measured_bytes - k.predicted_bytes:+,} B)")
-        table.add_row(str(x.rank), "[bold]total[/bold]", "", fmt_bytes(x.predicted_bytes), fmt_bytes(x.measured_bytes),
-                      f"{x.measured_bytes:,}", "yes" if x.predicted_bytes == x.measured_bytes else "NO")
+            table.add_row(
+                str(x.rank),
+                k.kind,
+                str(k.layers),
+                fmt_bytes(k.predicted_bytes),
+                fmt_bytes(k.measured_bytes),
+                f"{k.measured_bytes:,}",
+                "yes" if k.matches else f"NO ({k.measured_bytes - k.predicted_bytes:+,} B)",
+            )
+        table.add_row(
+            str(x.rank),
+            "[bold]total[/bold]",
+            "",
+            fmt_bytes(x.predicted_bytes),
+            fmt_bytes(x.measured_bytes),
+            f"{x.measured_bytes:,}",
+            "yes" if x.predicted_bytes == x.measured_bytes else "NO",
+        )
     console.print(table)
     perf = Table(title="Cached decode")
-    for col in ("rank", "device", "step", "tokens/s", "KV read/step", "GB/s", "vs copy", "vs peak", "recompute",
-                "speed-up", "peak mem", "check"):
+    for col in (
+        "rank",
+        "device",
+        "step",
+        "tokens/s",
+        "KV read/step",
+        "GB/s",
+        "vs copy",
+        "vs peak",
+        "recompute",
+        "speed-up",
+        "peak mem",
+        "check",
+    ):
         perf.add_column(col, justify="right")
     for x in results:
         d, c = x.decode, x.check
@@ -129,19 +165,36 @@ def render(setup: VerifySetup, results: list[RankResult], passed: bool, console:
             continue
         bw = d.bandwidth_bytes_per_s
         peak = "n/a" if not x.peak_bandwidth_bytes_per_s else f"{bw / x.peak_bandwidth_bytes_per_s:.0%}"
-        check = "skipped" if c is None else (
-            f"{'ok' if c.passed else 'FAILED'} (err {c.rel_error:.1e}, {c.seq_tokens} tok)"
+        check = (
+            "skipped"
+            if c is None
+            else (f"{'ok' if c.passed else 'FAILED'} (err {c.rel_error:.1e}, {c.seq_tokens} tok)")
         )
-        perf.add_row(str(x.rank), markup(x.device), f"{d.step_seconds * 1e3:,.2f} ms", f"{d.tokens_per_s:,.1f}",
-                     fmt_bytes(d.kv_read_bytes_per_step), f"{bw / 1e9:,.2f}", f"{bw / x.copy_bandwidth_bytes_per_s:.0%}",
-                     peak, f"{d.recompute_seconds * 1e3:,.1f} ms", f"{d.speedup:,.1f}x", fmt_bytes(d.peak_bytes), check)
+        perf.add_row(
+            str(x.rank),
+            markup(x.device),
+            f"{d.step_seconds * 1e3:,.2f} ms",
+            f"{d.tokens_per_s:,.1f}",
+            fmt_bytes(d.kv_read_bytes_per_step),
+            f"{bw / 1e9:,.2f}",
+            f"{bw / x.copy_bandwidth_bytes_per_s:.0%}",
+            peak,
+            f"{d.recompute_seconds * 1e3:,.1f} ms",
+            f"{d.speedup:,.1f}x",
+            fmt_bytes(d.peak_bytes),
+            check,
+        )
     console.print(perf)
     x = results[0]
     if x.reserved_bytes is not None:
-        console.print(f"reserved by the CUDA allocator after allocation (includes slack): {fmt_bytes(x.reserved_bytes)}")
-    console.print(f"device copy bandwidth: {x.copy_bandwidth_bytes_per_s / 1e9:,.1f} GB/s; peak: "
-                  f"{'n/a' if not x.peak_bandwidth_bytes_per_s else f'{x.peak_bandwidth_bytes_per_s / 1e9:,.0f} GB/s'} "
-                  f"({markup(x.peak_bandwidth_source)})")
+        console.print(
+            f"reserved by the CUDA allocator after allocation (includes slack): {fmt_bytes(x.reserved_bytes)}"
+        )
+    console.print(
+        f"device copy bandwidth: {x.copy_bandwidth_bytes_per_s / 1e9:,.1f} GB/s; peak: "
+        f"{'n/a' if not x.peak_bandwidth_bytes_per_s else f'{x.peak_bandwidth_bytes_per_s / 1e9:,.0f} GB/s'} "
+        f"({markup(x.peak_bandwidth_source)})"
+    )
     for note in list(setup.notices) + scope_notes(setup, results):
         console.print(f"note: {ci_text(note)}", markup=False)
     console.print("[bold green]verified[/bold green]" if passed else "[bold red]MISMATCH[/bold red]")

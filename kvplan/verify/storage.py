@@ -72,7 +72,7 @@ def encode(torch: ModuleType, fmt: Format, x: Any) -> tuple[Any, Any | None]:
     return _pack4(torch, codes), scale.squeeze(-1)
 
 
-def decode(torch: ModuleType, fmt: Format, codes: Any, scales: Any | None, dim: int, dtype: Any) -> Any:
+def decode(torch: ModuleType, fmt: Format, codes: Any, scales: Any, dim: int, dtype: Any) -> Any:
     """(codes, scales) -> values [..., D] in `dtype`."""
     name = fmt.kv.name
     if fmt.scale_dtype is None:

@@ -54,23 +54,34 @@ def production_stack_requests(doc: Document, values: Any) -> list[DeploymentRequ
     for index, spec in enumerate(specs):
         spec = mapping(spec)
         line = getattr(specs, "line_of", lambda i: doc.line)(index)
-        site = Site(Location(doc.file, line), str(spec.get("name", f"modelSpec[{index}]")),
-                    "helm-production-stack", doc.templates, gpu_fix=_GPU_FIX,
-                    model_fix="set modelURL to the Hugging Face repo id")
+        site = Site(
+            Location(doc.file, line),
+            str(spec.get("name", f"modelSpec[{index}]")),
+            "helm-production-stack",
+            doc.templates,
+            gpu_fix=_GPU_FIX,
+            model_fix="set modelURL to the Hugging Face repo id",
+        )
         argv: list[str] = []
         notes: list[str] = []
         config = spec.get("vllmConfig")
         if isinstance(config, dict):
             if "enableChunkedPrefill" in config:
-                argv.append("--enable-chunked-prefill" if config["enableChunkedPrefill"] else "--no-enable-chunked-prefill")
-            argv.append("--enable-prefix-caching" if config.get("enablePrefixCaching") else "--no-enable-prefix-caching")
+                argv.append(
+                    "--enable-chunked-prefill" if config["enableChunkedPrefill"] else "--no-enable-chunked-prefill"
+                )
+            argv.append(
+                "--enable-prefix-caching" if config.get("enablePrefixCaching") else "--no-enable-prefix-caching"
+            )
             for key, flag in _RENDERED.items():
                 if key in config:
                     argv += [f"--{flag}", _word(config[key])]
             argv += [_word(a) for a in sequence(config.get("extraArgs"))]
             ignored = sorted(k for k in config if k not in _RENDERED and k not in _CHART_ONLY)
             if ignored:
-                notes.append(f"vllmConfig keys the chart does not render: {', '.join(ignored)} (use vllmConfig.extraArgs)")
+                notes.append(
+                    f"vllmConfig keys the chart does not render: {', '.join(ignored)} (use vllmConfig.extraArgs)"
+                )
             if _word(config.get("v0", "")) == "1":
                 notes.append("vllmConfig.v0 = 1: the V0 engine (VLLM_USE_V1=0)")
         if spec.get("extraArgs"):
@@ -101,7 +112,7 @@ def production_stack_requests(doc: Document, values: Any) -> list[DeploymentRequ
             found, problem = affinity_gpu(spec.get("nodeSelectorTerms"))
             if problem:
                 unresolved.append(Unresolved("gpu", problem, _GPU_FIX))
-            selector = mapping(engine_spec.get("nodeSelector")) | mapping(spec.get("nodeSelector"))
+            selector = {**mapping(engine_spec.get("nodeSelector")), **mapping(spec.get("nodeSelector"))}
 
             label = next((k for k in GPU_LABELS if k in selector), None)
             if found:
@@ -112,12 +123,24 @@ def production_stack_requests(doc: Document, values: Any) -> list[DeploymentRequ
         replicas = spec.get("replicaCount")
         replicas = replicas if isinstance(replicas, int) and replicas > 0 else 1
         model_url = spec.get("modelURL")
-        hardware = Hardware(gpu, source, count, tuple(unresolved),
-                            missing_gpu="no GPU type in the values (no kvplan.io/gpu pod annotation, no GPU node label)",
-                            gpus_per_pod=count, replicas=replicas)
+        hardware = Hardware(
+            gpu,
+            source,
+            count,
+            tuple(unresolved),
+            missing_gpu="no GPU type in the values (no kvplan.io/gpu pod annotation, no GPU node label)",
+            gpus_per_pod=count,
+            replicas=replicas,
+        )
         requests.append(
-            build_request(site, parsed, hardware, model_hint=(_word(model_url), "modelURL") if model_url else None,
-                          model_override=model_override, notes=tuple(notes))
+            build_request(
+                site,
+                parsed,
+                hardware,
+                model_hint=(_word(model_url), "modelURL") if model_url else None,
+                model_override=model_override,
+                notes=tuple(notes),
+            )
         )
     return requests
 
@@ -131,13 +154,22 @@ def chart_values_requests(doc: Document, values: Any) -> list[DeploymentRequest]
     model = values.get("model")
     model_id = model.get("id") or model.get("name") if isinstance(model, dict) else model
     argv: list[str] = []
-    for key, flag in (("tensorParallelSize", "tensor-parallel-size"), ("maxModelLen", "max-model-len"),
-                      ("gpuMemoryUtilization", "gpu-memory-utilization"), ("maxNumSeqs", "max-num-seqs")):
+    for key, flag in (
+        ("tensorParallelSize", "tensor-parallel-size"),
+        ("maxModelLen", "max-model-len"),
+        ("gpuMemoryUtilization", "gpu-memory-utilization"),
+        ("maxNumSeqs", "max-num-seqs"),
+    ):
         if key in values:
             argv += [f"--{flag}", _word(values[key])]
     parsed = parse_args("vllm", argv)
-    site = Site(Location(doc.file, doc.line), str(dig(values, "image", "repository") or "chart"), "helm-values",
-                doc.templates, model_fix="set model.id to the Hugging Face repo id")
+    site = Site(
+        Location(doc.file, doc.line),
+        str(dig(values, "image", "repository") or "chart"),
+        "helm-values",
+        doc.templates,
+        model_fix="set model.id to the Hugging Face repo id",
+    )
 
     count, count_unresolved = gpu_count(values.get("resources"), doc.templates, site.render_fix)
     gpu, source, gpu_unresolved, gpu_notes, missing = gpu_type(values, [values.get("podAnnotations")])
@@ -149,5 +181,7 @@ def chart_values_requests(doc: Document, values: Any) -> list[DeploymentRequest]
     )
     hardware = Hardware(gpu, source, count, tuple(count_unresolved + gpu_unresolved), tuple(gpu_notes), missing)
     return [
-        build_request(site, parsed, hardware, model_hint=(_word(model_id), "model.id") if model_id else None, unresolved=(hidden,))
+        build_request(
+            site, parsed, hardware, model_hint=(_word(model_id), "model.id") if model_id else None, unresolved=(hidden,)
+        )
     ]

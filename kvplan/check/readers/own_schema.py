@@ -24,6 +24,7 @@ from kvplan.check.model import DeploymentRequest, Location, Unresolved
 from kvplan.errors import DeploymentError
 
 SCHEMA_VERSION = 1
+_TYPE_WORDS: dict[type, str] = {str: "a string", int: "a whole number", bool: "true or false"}
 ENGINES = ("vllm", "sglang", "tgi")
 # key -> (type, request field); `tp`/`pp`/`concurrency` are short spellings of the long fields.
 KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
@@ -57,7 +58,9 @@ def is_own_schema(data: Any) -> bool:
 def own_schema_requests(doc: Document, data: Any) -> list[DeploymentRequest]:
     version = data.get("kvplan")
     if version != SCHEMA_VERSION:
-        raise DeploymentError(f"{doc.file}:{doc.line}: kvplan: {version!r} is not a schema version kvplan reads (use kvplan: 1)")
+        raise DeploymentError(
+            f"{doc.file}:{doc.line}: kvplan: {version!r} is not a schema version kvplan reads (use kvplan: 1)"
+        )
     if "deployments" in data:
         extra = sorted(str(k) for k in data if k not in ("kvplan", "deployments"))
         if extra:
@@ -65,11 +68,11 @@ def own_schema_requests(doc: Document, data: Any) -> list[DeploymentRequest]:
         items = data["deployments"]
         if not isinstance(items, list) or not items:
             raise DeploymentError(f"{doc.file}:{data.line_of('deployments')}: deployments must be a non-empty list")
-        lines = [items.line_of(i) for i in range(len(items))]
+        lines = [items.line_of(i) if hasattr(items, "line_of") else doc.line for i in range(len(items))]
     else:
         items = [{k: v for k, v in data.items() if k != "kvplan"}]
         lines = [doc.line]
-    return [_one(doc, item, line, i) for i, (item, line) in enumerate(zip(items, lines))]
+    return [_one(doc, item, line, i) for i, (item, line) in enumerate(zip(items, lines, strict=True))]
 
 
 def _one(doc: Document, item: Any, line: int, index: int) -> DeploymentRequest:
@@ -82,7 +85,7 @@ def _one(doc: Document, item: Any, line: int, index: int) -> DeploymentRequest:
             raise DeploymentError(f"{doc.file}:{line_of(key)}: unknown key '{key}'; known keys: {', '.join(KEYS)}")
         kind, target = KEYS[key]
         if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-            want = {str: "a string", int: "a whole number", bool: "true or false"}.get(kind, "a number")  # type: ignore[call-overload]
+            want = _TYPE_WORDS.get(kind, "a number") if isinstance(kind, type) else "a number"
             raise DeploymentError(f"{doc.file}:{line_of(key)}: '{key}' must be {want}, not {value!r}")
         if target in fields:
             raise DeploymentError(f"{doc.file}:{line_of(key)}: '{key}' repeats a value already given for {target}")
@@ -113,7 +116,9 @@ def _one(doc: Document, item: Any, line: int, index: int) -> DeploymentRequest:
         replicas = num_gpus // (tp * pp)
         notes.append(f"num_gpus {num_gpus} with tp x pp = {tp * pp}: {replicas} replicas")
     elif num_gpus < tp * pp:
-        notes.append(f"tp x pp = {tp * pp} needs {tp * pp} GPUs but only {num_gpus} are requested: the engine will not start")
+        notes.append(
+            f"tp x pp = {tp * pp} needs {tp * pp} GPUs but only {num_gpus} are requested: the engine will not start"
+        )
     if "gpu_memory_utilization" in fields:
         fields["gpu_memory_utilization"] = float(fields["gpu_memory_utilization"])
     if "min_margin" in fields:
@@ -121,9 +126,21 @@ def _one(doc: Document, item: Any, line: int, index: int) -> DeploymentRequest:
     name = fields.pop("name", f"deployment[{index}]")
     flags = tuple((k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in item.items() if k != "name")
     return DeploymentRequest(
-        location=Location(doc.file, line), name=name, source_format="kvplan", engine=engine, model=model,
-        gpu=gpu, gpu_source=source if gpu else "", num_gpus=num_gpus, tensor_parallel_size=tp,
-        pipeline_parallel_size=pp, flags=flags, unresolved=tuple(unresolved), notes=tuple(notes),
-        replicas=replicas, gpus_per_pod=num_gpus // replicas,
-        lines=tuple(sorted((KEYS[k][1], line_of(k)) for k in item if k in KEYS)), **fields,
+        location=Location(doc.file, line),
+        name=name,
+        source_format="kvplan",
+        engine=engine,
+        model=model,
+        gpu=gpu,
+        gpu_source=source if gpu else "",
+        num_gpus=num_gpus,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        flags=flags,
+        unresolved=tuple(unresolved),
+        notes=tuple(notes),
+        replicas=replicas,
+        gpus_per_pod=num_gpus // replicas,
+        lines=tuple(sorted((KEYS[k][1], line_of(k)) for k in item if k in KEYS)),
+        **fields,
     )
