@@ -344,18 +344,27 @@ def render_human(results: Sequence[CheckResult], console: Console, *, min_margin
             label, style = "below margin", "red"
         if result.verdict == CANNOT_EVALUATE and not fails_job(result, policy):
             style = "yellow"
-        head = Text.assemble((f"{label:<15}", f"bold {style}"), " ", ci_text(_short_location(req)))
-        console.print(head, soft_wrap=True)
+        _print_head(console, label, f"bold {style}", _short_location(req), width)
         for line in _details(result, policy):
             for piece in _wrap(ci_text(line), width):
                 console.print(piece, markup=False, highlight=False, soft_wrap=True)
     for report in files:
         if report.skipped:
-            console.print(Text.assemble((f"{'skipped':<15}", "bold"), " ", ci_text(report.path)), soft_wrap=True)
+            _print_head(console, "skipped", "bold", report.path, width)
             for piece in _wrap(ci_text(report.skipped), width):
                 console.print(piece, markup=False, highlight=False, soft_wrap=True)
     for piece in _wrap(ci_text(summary_line(results, files, policy)), width, indent=""):
         console.print(piece, markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_head(console: Console, label: str, style: str, place: str, width: int) -> None:
+    """The verdict label and the file:line, on one line when both fit; otherwise the place on its own line,
+    so a 71-character path under a 16-character label is moved rather than cut."""
+    if 16 + len(place) <= width:
+        console.print(Text.assemble((f"{label:<15}", style), " ", ci_text(place)), soft_wrap=True)
+    else:
+        console.print(Text(label, style=style), soft_wrap=True)
+        console.print(ci_text(place), soft_wrap=True)
 
 
 def _details(result: CheckResult, policy: Policy) -> list[str]:

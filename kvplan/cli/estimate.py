@@ -110,7 +110,8 @@ def estimate(
     block_size: opt.BlockSize = None,
     max_num_seqs: opt.MaxNumSeqs = None,
     max_num_batched_tokens: opt.MaxNumBatchedTokens = None,
-    enable_prefix_caching: opt.PrefixCaching = None,
+    enable_prefix_caching: opt.PrefixCaching = False,
+    no_enable_prefix_caching: opt.NoPrefixCaching = False,
     kv_cache_memory: opt.KvCacheMemory = None,
     allow_long: opt.AllowLong = None,
     mem_fraction_static: opt.MemFractionStatic = None,
@@ -143,12 +144,15 @@ def estimate(
     from kvplan.capacity.deployment import Parallelism, WeightsChoice, Workload
     from kvplan.cli.render import render_estimate
 
-    flags = dict(locals())
+    if enable_prefix_caching and no_enable_prefix_caching:
+        raise InputError("--enable-prefix-caching and --no-enable-prefix-caching contradict: give one")
+    prefix_caching = True if enable_prefix_caching else False if no_enable_prefix_caching else None
+    flags = dict(locals(), enable_prefix_caching=prefix_caching)
     given = [
         name for name, value in (
             ("--vllm-version", vllm_version), ("--gpu-memory-utilization", gpu_memory_utilization),
             ("--block-size", block_size), ("--max-num-seqs", max_num_seqs),
-            ("--max-num-batched-tokens", max_num_batched_tokens), ("--enable-prefix-caching", enable_prefix_caching),
+            ("--max-num-batched-tokens", max_num_batched_tokens), ("--enable-prefix-caching", prefix_caching),
             ("--kv-cache-memory-bytes", kv_cache_memory), ("--allow-long-max-model-len", allow_long),
             ("--mem-fraction-static", mem_fraction_static), ("--page-size", page_size),
             ("--max-running-requests", max_running_requests), ("--chunked-prefill-size", chunked_prefill_size),

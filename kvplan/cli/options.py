@@ -16,6 +16,7 @@ PARALLEL = "Parallelism"
 GPU = "GPU"
 WEIGHTS = "Weights"
 SOURCE = "Model source"
+ENGINE = "Engine"
 VLLM = "vLLM"
 SGLANG = "SGLang"
 TRTLLM = "TensorRT-LLM"
@@ -129,7 +130,7 @@ Refresh = Annotated[
     bool, typer.Option("--refresh", help="Ask the Hub even for a cached or bundled model.", rich_help_panel=SOURCE)
 ]
 Engine = Annotated[
-    str, typer.Option("--engine", help="vllm, sglang, trtllm, transformers, generic or tgi.", rich_help_panel=VLLM)
+    str, typer.Option("--engine", help="vllm, sglang, trtllm, transformers, generic or tgi.", rich_help_panel=ENGINE)
 ]
 Profile = Annotated[
     str | None,
@@ -151,24 +152,29 @@ MaxNumSeqs = Annotated[
 MaxNumBatchedTokens = Annotated[
     int | None, typer.Option("--max-num-batched-tokens", help="Tokens per step (8192 or 2048).", rich_help_panel=VLLM)
 ]
+# Two flags rather than typer's "--x/--no-x" pair: the pair takes a second column in --help that pushes
+# vLLM's long names past 80 columns.
 PrefixCaching = Annotated[
-    bool | None,
-    typer.Option(
-        "--enable-prefix-caching/--no-enable-prefix-caching", help="Prefix caching (on).", rich_help_panel=VLLM
-    ),
+    bool, typer.Option("--enable-prefix-caching", help="Prefix caching on (the default).", rich_help_panel=VLLM)
+]
+NoPrefixCaching = Annotated[
+    bool, typer.Option("--no-enable-prefix-caching", help="Prefix caching off.", rich_help_panel=VLLM)
 ]
 KvCacheMemory = Annotated[
     str | None,
     typer.Option(
         "--kv-cache-memory-bytes",
-        "--kv-cache-memory",
         help="Fix the KV memory per GPU, e.g. 40GiB.",
         rich_help_panel=VLLM,
     ),
 ]
 AllowLong = Annotated[
     bool | None,
-    typer.Option("--allow-long-max-model-len", help="As VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.", rich_help_panel=VLLM),
+    typer.Option(
+        "--allow-long-max-model-len",
+        help="Allow --max-model-len past the model's context (env VLLM_ALLOW_LONG_MAX_MODEL_LEN=1).",
+        rich_help_panel=VLLM,
+    ),
 ]
 SglangVersion = Annotated[
     str | None,
@@ -199,7 +205,6 @@ FreeGpuMemoryFraction = Annotated[
     float | None,
     typer.Option(
         "--free-gpu-memory-fraction",
-        "--kv-cache-free-gpu-mem-fraction",
         help="Share of memory left after loading (0.9).",
         rich_help_panel=TRTLLM,
     ),
@@ -229,7 +234,7 @@ Plot = Annotated[
     str | None,
     typer.Option(
         "--plot",
-        help="Draw KV memory and concurrency against context: FILE.png or .svg (needs the [plot] extra).",
+        help="Draw KV memory and concurrency against context: FILE.png or .svg (needs the \\[plot] extra).",
         rich_help_panel=OUTPUT,
     ),
 ]
