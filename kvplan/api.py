@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvplan.capacity.deployment import BoxProfile, Deployment, EngineOptions, Parallelism, WeightsChoice, Workload
 from kvplan.capacity.kv import KvEstimate, KvRequest, estimate_kv
@@ -22,10 +22,12 @@ from kvplan.errors import FieldError, InputError
 from kvplan.hardware.gpus import COMMON_GPUS, GpuSpec, custom_gpu, find_gpu, other_variants
 from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import ModelSpec
-from kvplan.planner.fixes import Fix, find_fixes
 from kvplan.planner.serialize import fix_to_dict, reason, verdict_to_dict
 from kvplan.planner.verdict import Verdict, plan
 from kvplan.sources.resolve import resolve_model
+
+if TYPE_CHECKING:
+    from kvplan.planner.fixes import Fix
 
 SCHEMA_VERSION = 2
 
@@ -189,7 +191,12 @@ def estimate(req: EstimateRequest, *, fixes: bool = True) -> EstimateResult:
     results = []
     for d in found:
         v = plan(d)
-        results.append(GpuResult(v, find_fixes(d, v) if fixes and named else ()))
+        if fixes and named:
+            from kvplan.planner.fixes import find_fixes  # searched only for a named GPU
+
+            results.append(GpuResult(v, find_fixes(d, v)))
+        else:
+            results.append(GpuResult(v))
     d0 = found[0]
     dtype = req.weights.dtype or serving_dtype(model.config_dtype)
     try:

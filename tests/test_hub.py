@@ -17,8 +17,8 @@ from kvplan.sources.hub import (
     SafetensorsBytes,
     fetch_model_files,
     fetch_safetensors_bytes,
-    looks_like_repo_id,
 )
+from kvplan.sources.repo_ids import looks_like_repo_id
 from tests.conftest_hub import HubEnv, closed_port_url
 from tests.hub_server import safetensors_file
 

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvplan.capacity.deployment import Deployment, Parallelism, Workload
-from kvplan.engines import ENGINES
+from kvplan.engines import ENGINE_NAMES, get_engine
 from kvplan.errors import KvplanError
 from kvplan.hardware.gpus import find_gpu
 from kvplan.planner.fixes import apply, find_fixes
@@ -177,7 +177,7 @@ GPUS = ["L4", "A10G", "L40S", "A100-40GB", "A100-80GB", "H100", "H200", "B200", 
 
 @st.composite
 def deployments(draw):
-    engine = ENGINES[draw(st.sampled_from(sorted(ENGINES)))]
+    engine = get_engine(draw(st.sampled_from(sorted(ENGINE_NAMES))))
     model = MODELS[draw(st.sampled_from(sorted(MODELS)))]
     length = draw(st.integers(1, 140_000))
     single = engine.name == "transformers"

@@ -12,7 +12,7 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvplan.cli.models import model_row
+from kvplan.cli.model_rows import model_row
 from kvplan.errors import ConfigError, KvplanError
 from kvplan.model.parse import parse_config
 from kvplan.sources import library

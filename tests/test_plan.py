@@ -12,7 +12,7 @@ import pytest
 
 from kvplan.capacity.deployment import Deployment, Parallelism, WeightsChoice, Workload
 from kvplan.emit.commands import LAUNCHERS, launch
-from kvplan.engines import ENGINES
+from kvplan.engines import ENGINE_NAMES
 from kvplan.engines.vllm_engine import VllmOptions
 from kvplan.hardware.gpus import all_gpus, find_gpu
 from kvplan.hardware.prices import bundled_prices, parse_price
@@ -229,7 +229,7 @@ def test_bad_plan_flags_are_one_line(runner, args, message):
 def test_plan_engines_come_from_the_registry():
     from kvplan.cli.plan import plan_engines
 
-    assert plan_engines() == tuple(name for name in ENGINES if name in LAUNCHERS)
+    assert plan_engines() == tuple(name for name in ENGINE_NAMES if name in LAUNCHERS)
     assert {"vllm", "sglang"} <= set(plan_engines())
 
 

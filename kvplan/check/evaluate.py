@@ -17,7 +17,7 @@ from kvplan.capacity.deployment import BoxProfile, Deployment, Parallelism, Weig
 from kvplan.capacity.weights import RUNTIME_QUANTIZATIONS
 from kvplan.check.fields import fix_text, request_field
 from kvplan.check.model import CANNOT_EVALUATE, DOES_NOT_FIT, FITS, CheckResult, DeploymentRequest
-from kvplan.engines import ENGINES, get_engine
+from kvplan.engines import ENGINE_NAMES, get_engine
 from kvplan.engines.sglang import SglangOptions
 from kvplan.engines.tgi import TgiOptions
 from kvplan.engines.vllm_engine import VllmOptions
@@ -169,7 +169,7 @@ def evaluate(
     """The verdict for one deployment request."""
     if req.unresolved:
         return CheckResult(req, CANNOT_EVALUATE, reason="; ".join(blockers(req, offline=offline)))
-    if req.engine not in CHECKED_ENGINES or req.engine not in ENGINES:
+    if req.engine not in CHECKED_ENGINES or req.engine not in ENGINE_NAMES:
         return CheckResult(req, CANNOT_EVALUATE, reason=f"engine '{req.engine}' has no capacity model in kvplan")
     try:
         d = to_deployment(req, offline=offline, vllm_version=vllm_version, profile=profile)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
@@ -13,13 +14,6 @@ from kvplan import __version__
 from kvplan.cli.options import Json
 from kvplan.cli.output import Output, RstripLines, report_error
 from kvplan.errors import KvplanError
-
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="KV-cache capacity planner for LLM serving: size it, fit it, prove it.",
-    pretty_exceptions_enable=False,
-)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,7 +39,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _main(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
@@ -54,8 +47,6 @@ def _main(
     """KV-cache capacity planner for LLM serving."""
 
 
-@app.command()
-@handle_errors
 def gpus(json_out: Json = False) -> None:
     """List the GPU catalog with the memory CUDA reports. Example: kvplan gpus --json"""
     from kvplan.cli.render import gpus_to_dict, render_gpus
@@ -65,29 +56,51 @@ def gpus(json_out: Json = False) -> None:
     Output(json_mode=json_out).result(gpus_to_dict(catalog), lambda console: render_gpus(catalog, console))
 
 
+# name -> (module, function), in --help's order. A command's module is imported only when the app is built
+# with it: `kvplan estimate` builds an app holding estimate alone, so neither the other commands' modules nor
+# typer's parsing of their signatures are paid for at start (about 25 ms of 240).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "estimate": ("kvplan.cli.estimate", "estimate"),
+    "plan": ("kvplan.cli.plan", "plan_command"),
+    "check": ("kvplan.cli.check", "check"),
+    "verify": ("kvplan.cli.verify", "verify_command"),
+    "calibrate": ("kvplan.cli.calibrate", "calibrate_command"),
+    "models": ("kvplan.cli.models", "models_command"),
+    "gpus": ("kvplan.cli", "gpus"),
+}
+
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """The typer app with every command, or with the one named `only` (still a group: `kvplan NAME ...`)."""
+    built = typer.Typer(
+        add_completion=False,
+        no_args_is_help=True,
+        help="KV-cache capacity planner for LLM serving: size it, fit it, prove it.",
+        pretty_exceptions_enable=False,
+    )
+    built.callback()(_main)
+    for name, (module, function) in COMMANDS.items():
+        if only is None or name == only:
+            built.command(name)(handle_errors(getattr(importlib.import_module(module), function)))
+    return built
+
+
+def __getattr__(name: str) -> Any:
+    # `from kvplan.cli import app` (tests, the docs' sessions) gets the whole app, built on first use.
+    if name == "app":
+        globals()["app"] = built = build_app()
+        return built
+    raise AttributeError(name)
+
+
 def main() -> None:
     """Console-script entry point."""
     stdout = RstripLines(sys.stdout)
     sys.stdout = stdout
+    command = sys.argv[1] if len(sys.argv) > 1 else None
     try:
-        app()
+        build_app(command if command in COMMANDS else None)()
     except KvplanError as exc:  # raised outside a command (e.g. while parsing options)
         raise SystemExit(report_error(exc)) from None
     finally:
         stdout.close()
-
-
-# Commands that live in their own packages (their modules import nothing heavy at load time).
-from kvplan.cli.calibrate import calibrate_command as _calibrate  # noqa: E402
-from kvplan.cli.check import check as _check  # noqa: E402
-from kvplan.cli.estimate import estimate as _estimate  # noqa: E402
-from kvplan.cli.models import models_command as _models  # noqa: E402
-from kvplan.cli.plan import plan_command as _plan  # noqa: E402
-from kvplan.cli.verify import verify_command as _verify  # noqa: E402
-
-app.command("estimate")(handle_errors(_estimate))
-app.command("check")(handle_errors(_check))
-app.command("plan")(handle_errors(_plan))
-app.command("models")(handle_errors(_models))
-app.command("verify")(handle_errors(_verify))
-app.command("calibrate")(handle_errors(_calibrate))

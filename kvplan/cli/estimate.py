@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -19,51 +20,44 @@ def _size(value: str | None, flag: str) -> int | None:
 
 
 def _engine_options(engine: str, f: dict[str, Any]) -> Any:
-    """The selected engine's options from the flags given (None: the engine's default)."""
-    from kvplan.engines.generic import GenericOptions
-    from kvplan.engines.sglang import SglangOptions
-    from kvplan.engines.tgi import TgiOptions
-    from kvplan.engines.transformers import TransformersOptions
-    from kvplan.engines.trtllm import TrtllmOptions
-    from kvplan.engines.vllm_engine import VllmOptions
-
-    def given(**pairs: Any) -> dict[str, Any]:
-        return {k: v for k, v in pairs.items() if v is not None}
-
-    builders: dict[str, Callable[[], Any]] = {
-        "vllm": lambda: VllmOptions(**given(
+    """The selected engine's options from the flags given (None: the engine's default). Only that engine's
+    module is imported (see kvplan.engines)."""
+    builders: dict[str, tuple[str, str, Callable[[], dict[str, Any]]]] = {
+        "vllm": ("vllm_engine", "VllmOptions", lambda: dict(
             version=f["vllm_version"], gpu_memory_utilization=f["gpu_memory_utilization"],
             block_size=f["block_size"], max_num_seqs=f["max_num_seqs"],
             max_num_batched_tokens=f["max_num_batched_tokens"], enable_prefix_caching=f["enable_prefix_caching"],
             kv_cache_memory_bytes=_size(f["kv_cache_memory"], "--kv-cache-memory-bytes"),
             allow_long_max_model_len=f["allow_long"],
         )),
-        "sglang": lambda: SglangOptions(**given(
+        "sglang": ("sglang", "SglangOptions", lambda: dict(
             version=f["sglang_version"], mem_fraction_static=f["mem_fraction_static"], page_size=f["page_size"],
             max_running_requests=f["max_running_requests"], chunked_prefill_size=f["chunked_prefill_size"],
             cuda_graph_max_bs=f["cuda_graph_max_bs"], max_total_tokens=f["max_total_tokens"],
             attention_backend=f["attention_backend"],
         )),
-        "trtllm": lambda: TrtllmOptions(**given(
+        "trtllm": ("trtllm", "TrtllmOptions", lambda: dict(
             free_gpu_memory_fraction=f["free_gpu_memory_fraction"], max_tokens=f["max_tokens"],
             tokens_per_block=f["tokens_per_block"], max_batch_size=f["max_batch_size"],
             max_num_tokens=f["max_num_tokens"],
         )),
-        "transformers": lambda: TransformersOptions(**given(
+        "transformers": ("transformers", "TransformersOptions", lambda: dict(
             cache=f["hf_cache"], memory_fraction=f["gpu_memory_utilization"],
             overhead_bytes=_size(f["overhead"], "--overhead"),
         )),
-        "generic": lambda: GenericOptions(**given(
+        "generic": ("generic", "GenericOptions", lambda: dict(
             gpu_memory_utilization=f["gpu_memory_utilization"], block_size=f["block_size"],
             overhead_bytes=_size(f["overhead"], "--overhead"),
         )),
-        "tgi": lambda: TgiOptions(**given(
+        "tgi": ("tgi", "TgiOptions", lambda: dict(
             cuda_memory_fraction=f["gpu_memory_utilization"], max_batch_size=f["max_num_seqs"],
         )),
     }
     if engine not in builders:
         raise InputError(f"--engine must be one of {', '.join(builders)}, got {engine!r}")
-    return builders[engine]()
+    module, cls, kwargs = builders[engine]
+    options = getattr(importlib.import_module(f"kvplan.engines.{module}"), cls)
+    return options(**{k: v for k, v in kwargs().items() if v is not None})
 
 
 def _gpu_names(gpu: str | None) -> tuple[str, ...]:

@@ -75,9 +75,9 @@ OutputFile = Annotated[
 def plan_engines() -> tuple[str, ...]:
     """Registered engines kvplan can write a launch line for (a new engine appears once both exist)."""
     from kvplan.emit.commands import LAUNCHERS
-    from kvplan.engines import ENGINES
+    from kvplan.engines import ENGINE_NAMES
 
-    return tuple(name for name in ENGINES if name in LAUNCHERS)
+    return tuple(name for name in ENGINE_NAMES if name in LAUNCHERS)
 
 
 def _quantizations(text: str | None) -> tuple[str | None, ...]:

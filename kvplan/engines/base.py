@@ -142,7 +142,7 @@ class Knobs:
 
 
 class EngineModel(Protocol):
-    """An engine as kvplan models it; registered once in kvplan.engines.ENGINES."""
+    """An engine as kvplan models it; registered once in kvplan.engines (get_engine)."""
 
     name: ClassVar[str]  # "vllm"
     label: ClassVar[str]  # "vLLM", for people

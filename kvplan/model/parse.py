@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from kvplan.errors import ConfigError, InputError
@@ -64,7 +64,7 @@ _TEXT_TYPES = {"gemma3": "gemma3_text", "gemma3n": "gemma3n_text", "llama4": "ll
 
 @lru_cache(maxsize=1)
 def _hf_defaults() -> dict[str, dict[str, Any]]:
-    text = resources.files("kvplan.model").joinpath("hf_defaults.json").read_text()
+    text = (Path(__file__).parent / "hf_defaults.json").read_text(encoding="utf-8")
     return json.loads(text)
 
 

@@ -7,11 +7,13 @@ stable `code` with its `message`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvplan.engines.base import REFUSAL_CODES, Calibration
-from kvplan.planner.fixes import Fix
 from kvplan.planner.verdict import LIMIT_KV, LIMIT_REQUEST_CAP, Verdict
+
+if TYPE_CHECKING:  # fixes are searched only for a named GPU; estimate's start does not import the search
+    from kvplan.planner.fixes import Fix
 
 LIMIT_MESSAGES = {
     LIMIT_KV: "the KV cache cannot hold the workload's requests",

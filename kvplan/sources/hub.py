@@ -12,7 +12,6 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NoReturn
 
 from kvplan.errors import ConfigError, HubError, InputError, KvplanError
@@ -46,10 +45,6 @@ _MAX_TENSOR_BYTES = 1 << 48
 _MAX_DIMS = 8
 _DTYPE_RE = re.compile(r"[A-Za-z0-9_]{1,16}")  # safetensors names its dtypes F16, BF16, F8_E4M3, I64, BOOL, ...
 
-# An `org/name` repo id as the Hub accepts it: each part starts and ends with a letter or digit, at most 96
-# characters, no "--" or ".." (the Hub reserves those).
-_REPO_ID_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?/[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
-_REPO_ID_MAX_CHARS = 96
 _TRUE_VALUES = {"1", "ON", "YES", "TRUE"}  # huggingface_hub's own reading of boolean environment variables
 
 
@@ -90,19 +85,6 @@ class _Unreachable(Exception):
     def __init__(self, error: HubError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-def is_repo_id(text: str) -> bool:
-    """True for text spelled as an `org/name` Hub repo id ("meta-llama/Llama-2-7b"), without looking at files."""
-    if len(text) > _REPO_ID_MAX_CHARS or not _REPO_ID_RE.match(text) or "--" in text or ".." in text:
-        return False
-    # "models/config.json" is a mistyped path far more often than a repo named *.json.
-    return not text.endswith(".json")
-
-
-def looks_like_repo_id(text: str) -> bool:
-    """True for an `org/name` Hub repo id that is not an existing local path."""
-    return is_repo_id(text) and not Path(text).expanduser().exists()
 
 
 def fetch_model_files(

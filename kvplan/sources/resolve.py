@@ -18,8 +18,8 @@ from kvplan.errors import ConfigError, HubError, ModelNotFoundError
 from kvplan.model.parse import parse_config
 from kvplan.model.specs import ModelSpec
 from kvplan.sources import library
-from kvplan.sources.hub import is_repo_id, looks_like_repo_id
 from kvplan.sources.local_files import MAX_CONFIG_BYTES, Refused, json_object, read_regular
+from kvplan.sources.repo_ids import is_repo_id, looks_like_repo_id
 
 _TRUTHY = {"1", "true", "yes", "on"}
 
