@@ -199,5 +199,5 @@ Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON.", 
 Csv = Annotated[bool, typer.Option("--csv", help="Print one CSV row per combination.", rich_help_panel=OUTPUT)]
 Plot = Annotated[
     str | None, typer.Option("--plot", help="Draw KV memory and concurrency against context: FILE.png or .svg "
-                             "(needs the [plot] extra).", rich_help_panel=OUTPUT),
+                             "(needs the \\[plot] extra).", rich_help_panel=OUTPUT),
 ]

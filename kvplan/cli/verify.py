@@ -24,7 +24,7 @@ def verify_command(
     gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", help="Cap on the memory verify may use, e.g. 48GiB.")] = None,
     device: Annotated[str | None, typer.Option("--device", help="cpu or cuda (default: cuda when available).")] = None,
     steps: Annotated[int, typer.Option("--steps", help="Tokens to decode after the prompt.")] = 16,
-    layout: Annotated[str, typer.Option("--layout", help="paged (blocks of --block-size) or contiguous [batch, heads, seq, dim].")] = "paged",
+    layout: Annotated[str, typer.Option("--layout", help="paged (blocks of --block-size) or contiguous \\[batch, heads, seq, dim].")] = "paged",
     fraction: Annotated[float, typer.Option("--fraction", help="Scale the batch down to fit a busy or smaller device.")] = 1.0,
     decode_layers: Annotated[int | None, typer.Option("--decode-layers", help="Decode through the first N layers only (bytes still cover all).")] = None,
     no_check: Annotated[bool, typer.Option("--no-check", help="Skip the cached-vs-recomputed correctness check.")] = False,
