@@ -1,7 +1,7 @@
 """The engine registry: every serving engine kvplan models, registered once; every command reads this table.
 
 To add an engine: a module with its options dataclass and an EngineModel (kvplan.engines.base), one line
-below, and its flag names in kvplan/cli/flags.py (estimate) and kvplan/check/flags.py (deployment files).
+below, and its options in the CLI and check files that ARCHITECTURE.md lists under "An engine".
 """
 
 from __future__ import annotations
