@@ -3,11 +3,12 @@
     python scripts/readme_sessions.py          # rerun every `$ kvplan ...` block and rewrite its output
     python scripts/readme_sessions.py --check  # exit 1 if any block's output differs (tests/test_docs.py)
 
-It covers README.md and every docs/*.md. Commands run from the repository root as a user's terminal at
-80 columns would show them: COLUMNS=80, offline (HF_HUB_OFFLINE=1) with an empty Hugging Face cache, so a
-model cached on this machine cannot change an answer. The CLI's stdout is kept, and its stderr after it when
-the command ends in `2>&1` (to show an `Error:` line); a block whose command exits non-zero shows `[exit N]` as its last line, since the exit code is part of the answer. Blocks run in
-parallel (about 40 of them: 10 s on 2 cores instead of 25 s).
+It covers README.md, ARCHITECTURE.md and every docs/*.md. Commands run from the repository root as a
+user's terminal at 80 columns would show them: COLUMNS=80, offline (HF_HUB_OFFLINE=1) with an empty Hugging
+Face cache, so a model cached on this machine cannot change an answer. The CLI's stdout is kept, and its
+stderr after it when the command ends in `2>&1` (to show an `Error:` line). A block whose command exits
+non-zero shows `[exit N]` as its last line, since the exit code is part of the answer. Blocks run in
+parallel: about 30 commands take 8 s on 2 cores.
 """
 
 from __future__ import annotations

@@ -10,8 +10,7 @@ from pathlib import Path
 
 from kvplan.check.evaluate import CHECKED_ENGINES
 from kvplan.check.readers import FORMATS
-from kvplan.engines import ENGINES
-from kvplan.engines import vllm_memory
+from kvplan.engines import ENGINES, vllm_memory
 from kvplan.hardware import gpus
 from kvplan.kind_tables import KIND_TABLES
 from tests.conftest import REPO
@@ -89,7 +88,7 @@ def _estimate_builders() -> set[str]:
         if isinstance(node, ast.FunctionDef) and node.name == "_engine_options":
             for inner in ast.walk(node):
                 if isinstance(inner, ast.Dict) and inner.keys:
-                    return {k.value for k in inner.keys if isinstance(k, ast.Constant)}
+                    return {str(k.value) for k in inner.keys if isinstance(k, ast.Constant)}
     raise AssertionError("kvplan/cli/estimate.py has no _engine_options builders")
 
 
