@@ -22,7 +22,7 @@ Device = Annotated[
 ]
 Steps = Annotated[int, typer.Option("--steps", help="Tokens to decode after the prompt.", rich_help_panel=VERIFY)]
 Layout = Annotated[
-    str, typer.Option("--layout", help="paged (blocks) or contiguous [batch, heads, seq, dim].", rich_help_panel=VERIFY)
+    str, typer.Option("--layout", help="paged (blocks) or contiguous \\[batch, heads, seq, dim].", rich_help_panel=VERIFY)
 ]
 Fraction = Annotated[
     float, typer.Option("--fraction", help="Scale the batch down for a busy or smaller device.", rich_help_panel=VERIFY)

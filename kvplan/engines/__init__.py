@@ -4,7 +4,7 @@ An engine's module is imported the first time it is asked for, so `kvplan estima
 for building SGLang's and TensorRT-LLM's release tables (about 20 ms of a 200 ms start).
 
 To add an engine: a module with its options dataclass and an EngineModel (kvplan.engines.base), one line
-below, and its flag names in kvplan/cli/flags.py (estimate) and kvplan/check/flags.py (deployment files).
+below, and its options in the CLI and check files that ARCHITECTURE.md lists under "An engine".
 """
 
 from __future__ import annotations
