@@ -164,6 +164,18 @@ def test_check_on_hostile_trees(files: list[tuple[bytes, str]], fmt: str) -> Non
         assert results[-1]["name"] == "good" and results[-1]["verdict"] == "fits"  # never hidden by the others
 
 
+def test_a_skipped_file_is_annotated_at_a_line(tmp_path: Path) -> None:
+    # Found by the search above: a file with no deployment got `::notice file=...` without `line=`, which
+    # GitHub shows only in the run summary. A file name that is not UTF-8 must survive too.
+    (tmp_path / "a.yaml").write_text("kvplan: 1\nname: good\nmodel: meta-llama/Llama-3.1-8B-Instruct\ngpu: H100-80GB\n"
+                                     "max_model_len: 8192\n")
+    with open(os.path.join(os.fsencode(tmp_path), b"b-\xff.yaml"), "w") as handle:
+        handle.write("just: text\n")
+    result = invoke("check", str(tmp_path), "--format", "github", "--offline")
+    assert_clean(result, "github", results=2)
+    assert "skipped" in result.stdout
+
+
 # --- the Hub: fault modes -------------------------------------------------------------------------------------------
 
 FAULTS = st.builds(

@@ -94,3 +94,14 @@ def test_calibrate_output_fits_80_columns(tmp_path: Path) -> None:
     assert result.returncode in (0, 1, 2), result.stderr
     assert result.stdout.strip()
     assert _cuts(result.stdout) == []
+
+
+@pytest.mark.torch
+def test_verify_output_fits_80_columns(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    result = _run("verify", "meta-llama/Llama-3.2-1B-Instruct", "--seq", "256", "--batch", "2", "--device", "cpu",
+                  "--steps", "2", "--decode-layers", "1", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Cached decode" in result.stdout
+    assert _cuts(result.stdout) == []
+    assert result.stderr == ""  # no progress bar residue when stderr is not a terminal

@@ -272,7 +272,9 @@ def render_github(results: Sequence[CheckResult], *, min_margin: float | None = 
     for report in files:
         if report.skipped:
             level = "error" if empty_fails else "notice"
-            lines.append(f"::{level} file={gh_property(report.path)},title={gh_property('kvplan: skipped')}::"
+            # line=1: a skipped file has no deployment line to point at, and an annotation with a file but
+            # no line is shown by GitHub only in the run summary, not beside the file in the diff.
+            lines.append(f"::{level} file={gh_property(report.path)},line=1,title={gh_property('kvplan: skipped')}::"
                          f"{gh_data(report.path + ': ' + report.skipped)}")
     lines.append(ci_text(summary_line(results, files, policy)))
     return "\n".join(lines) + "\n"

@@ -51,6 +51,15 @@ def _indent(r: RenderableType, by: int = 2) -> Padding:
     return Padding(r, (0, 0, 0, by))
 
 
+def _bullet(text: str) -> Padding:
+    """`- text`, indented, its wrapped lines aligned under the text rather than under the dash."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column()
+    grid.add_column()
+    grid.add_row("-", Text(ci_text(text)))
+    return _indent(grid)
+
+
 def _gib(n: int | None) -> str:
     return "-" if n is None else f"{n / GiB:,.2f} GiB"
 
@@ -255,7 +264,7 @@ def render_estimate(r: EstimateResult, console: Console) -> None:
         if v.notes:
             console.print(Text("Why these figures:", style="bold"))
             for note in v.notes:
-                console.print(_indent(Text(ci_text(f"- {note}"))))
+                console.print(_bullet(note))
     for note in m.notes:
         console.print(Text(ci_text(f"note: {note}"), style="dim"))
 

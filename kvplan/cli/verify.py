@@ -6,6 +6,7 @@ help and defaults cannot drift; only what verify alone does (device, layout, ste
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -22,7 +23,8 @@ Device = Annotated[
 ]
 Steps = Annotated[int, typer.Option("--steps", help="Tokens to decode after the prompt.", rich_help_panel=VERIFY)]
 Layout = Annotated[
-    str, typer.Option("--layout", help="paged (blocks) or contiguous \\[batch, heads, seq, dim].", rich_help_panel=VERIFY)
+    str,
+    typer.Option("--layout", help="paged (blocks) or contiguous \\[batch, heads, seq, dim].", rich_help_panel=VERIFY),
 ]
 Fraction = Annotated[
     float, typer.Option("--fraction", help="Scale the batch down for a busy or smaller device.", rich_help_panel=VERIFY)
@@ -77,7 +79,9 @@ def verify_command(
         kv_cache_dtype=kv_cache_dtype, dtype=None if dtype == "auto" else dtype, block_size=block_size or 16,
         tp=tp, pp=pp, gpu=gpu, gpu_mem_bytes=None if gpu_mem is None else parse_size(gpu_mem, "--gpu-mem"),
         device=device, steps=steps, layout=layout, fraction=fraction, decode_layers=decode_layers,
-        check=not no_check, revision=revision, token=token, offline=offline, progress=stderr_console(),
+        check=not no_check, revision=revision, token=token, offline=offline,
+        # The bar is for a person watching; in a log or a pipe it would leave an empty line behind.
+        progress=stderr_console() if sys.stderr.isatty() else None,
     )
     if report is None:  # a torchrun rank other than 0: rank 0 reports for everyone
         raise typer.Exit(EXIT_OK)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
-from kvplan.engines.base import EngineAccount, Knobs, MemoryTerm
+from kvplan.engines.base import Calibration, EngineAccount, Knobs, MemoryTerm
 from kvplan.engines.generic import paged_account, rank_weights_bytes
 from kvplan.engines.vllm_memory import NON_TORCH, activation_peak_bytes, non_torch_class
 from kvplan.errors import FieldError
@@ -23,6 +23,17 @@ from kvplan.model.dtypes import serving_dtype
 
 TGI_WIGGLE_ROOM = 0.95
 TGI_BLOCK_SIZE = 16  # the paged-attention block of TGI 2.x (FlashInfer in 3.x pages by 1; not modelled)
+
+
+def calibration() -> Calibration:
+    """TGI's model comes from its warm-up source only: no TGI log with its free memory and block count was
+    found to check it against, so every plan says its error is unknown."""
+    return Calibration(
+        in_range=False,
+        checked_on="no Text Generation Inference start-up log with its free memory and KV blocks: not calibrated",
+        outside=("engine TGI (not checked against any log)",),
+        error_band="unknown",
+    )
 
 
 @dataclass(frozen=True)
@@ -71,7 +82,8 @@ class TgiEngine:
         p = d.parallelism
         given = d.workload.max_model_len
         length = d.max_model_len if given is None else given
-        notes = []
+        notes = ["not calibrated: no TGI start-up log with its free memory and KV blocks was found to check these "
+                 "figures against; their error is unknown"]
         if given is None and o.max_total_tokens_cap is not None and length > o.max_total_tokens_cap:
             length = o.max_total_tokens_cap
             notes.append(f"--max-total-tokens not given: this TGI release serves min(context, "
@@ -97,6 +109,7 @@ class TgiEngine:
             d, name=self.name, length=length, fraction=o.cuda_memory_fraction, overhead=None, block=TGI_BLOCK_SIZE,
             cap=o.max_batch_size, notes=tuple(notes), budget_terms=(total, terms, budget),
         )
+        account = replace(account, calibration=calibration())
         if o.max_batch_total_tokens is None:
             return account
         # --max-batch-total-tokens bounds the pool: that many tokens of KV, whatever memory is free.

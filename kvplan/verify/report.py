@@ -7,9 +7,12 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
+from rich import box
 from rich.console import Console
+from rich.padding import Padding
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from kvplan.escape import ci_text, markup
 from kvplan.model.specs import LayerKind
@@ -114,77 +117,34 @@ def _rank_dict(x: RankResult) -> dict[str, Any]:
 
 
 def render(setup: VerifySetup, results: list[RankResult], passed: bool, console: Console) -> None:
+    """Per rank, the byte table (exact integers, so a one-byte miss shows) and the decode figures as short
+    lines: twelve decode columns side by side would not fit 80 columns without cutting numbers."""
     r = setup.request
     console.print(
         f"[bold]{markup(setup.model.name)}[/bold]: {setup.batch} x {setup.seq_tokens:,} tokens, "
         f"KV {setup.kv_dtype.name}, {r.layout} (block {r.block_size}), tp={r.tp} pp={r.pp}"
     )
-    table = Table(title="KV cache: predicted vs measured, per rank")
-    for col in ("rank", "kind", "layers", "predicted", "measured", "bytes", "match"):
-        table.add_column(col, justify="left" if col in ("kind",) else "right")
     for x in results:
+        same = x.predicted_bytes == x.measured_bytes
+        console.print(Text.assemble(
+            (f"KV cache, rank {x.rank}: ", "bold"),
+            f"{fmt_bytes(x.predicted_bytes)} predicted, {fmt_bytes(x.measured_bytes)} measured: ",
+            ("match", "green") if same else ("MISMATCH", "bold red"),
+        ))
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("kind", "layers", "predicted bytes", "measured bytes", "match"):
+            table.add_column(col, justify="left" if col == "kind" else "right")
         for k in x.kinds:
-            table.add_row(
-                str(x.rank),
-                k.kind,
-                str(k.layers),
-                fmt_bytes(k.predicted_bytes),
-                fmt_bytes(k.measured_bytes),
-                f"{k.measured_bytes:,}",
-                "yes" if k.matches else f"NO ({k.measured_bytes - k.predicted_bytes:+,} B)",
-            )
-        table.add_row(
-            str(x.rank),
-            "[bold]total[/bold]",
-            "",
-            fmt_bytes(x.predicted_bytes),
-            fmt_bytes(x.measured_bytes),
-            f"{x.measured_bytes:,}",
-            "yes" if x.predicted_bytes == x.measured_bytes else "NO",
-        )
-    console.print(table)
-    perf = Table(title="Cached decode")
-    for col in (
-        "rank",
-        "device",
-        "step",
-        "tokens/s",
-        "KV read/step",
-        "GB/s",
-        "vs copy",
-        "vs peak",
-        "recompute",
-        "speed-up",
-        "peak mem",
-        "check",
-    ):
-        perf.add_column(col, justify="right")
-    for x in results:
-        d, c = x.decode, x.check
-        if d is None:
-            continue
-        bw = d.bandwidth_bytes_per_s
-        peak = "n/a" if not x.peak_bandwidth_bytes_per_s else f"{bw / x.peak_bandwidth_bytes_per_s:.0%}"
-        check = (
-            "skipped"
-            if c is None
-            else (f"{'ok' if c.passed else 'FAILED'} (err {c.rel_error:.1e}, {c.seq_tokens} tok)")
-        )
-        perf.add_row(
-            str(x.rank),
-            markup(x.device),
-            f"{d.step_seconds * 1e3:,.2f} ms",
-            f"{d.tokens_per_s:,.1f}",
-            fmt_bytes(d.kv_read_bytes_per_step),
-            f"{bw / 1e9:,.2f}",
-            f"{bw / x.copy_bandwidth_bytes_per_s:.0%}",
-            peak,
-            f"{d.recompute_seconds * 1e3:,.1f} ms",
-            f"{d.speedup:,.1f}x",
-            fmt_bytes(d.peak_bytes),
-            check,
-        )
-    console.print(perf)
+            table.add_row(k.kind, str(k.layers), f"{k.predicted_bytes:,}", f"{k.measured_bytes:,}",
+                          "yes" if k.matches else "NO")
+        table.add_row("[bold]total[/bold]", "", f"{x.predicted_bytes:,}", f"{x.measured_bytes:,}",
+                      "yes" if same else "NO")
+        console.print(Padding(table, (0, 0, 0, 4)))
+        for k in x.kinds:
+            if not k.matches:
+                console.print(Padding(Text(f"{k.kind}: measured {k.measured_bytes - k.predicted_bytes:+,} B "
+                                           "against the prediction"), (0, 0, 0, 4)))
+        _render_decode(x, console)
     x = results[0]
     if x.reserved_bytes is not None:
         console.print(
@@ -198,3 +158,23 @@ def render(setup: VerifySetup, results: list[RankResult], passed: bool, console:
     for note in list(setup.notices) + scope_notes(setup, results):
         console.print(f"note: {ci_text(note)}", markup=False)
     console.print("[bold green]verified[/bold green]" if passed else "[bold red]MISMATCH[/bold red]")
+
+
+def _render_decode(x: RankResult, console: Console) -> None:
+    d, c = x.decode, x.check
+    if d is None:
+        return
+    bw = d.bandwidth_bytes_per_s
+    peak = "n/a" if not x.peak_bandwidth_bytes_per_s else f"{bw / x.peak_bandwidth_bytes_per_s:.0%}"
+    check = "skipped" if c is None else (
+        f"{'ok' if c.passed else 'FAILED'} (max relative error {c.rel_error:.1e} over {c.seq_tokens} tokens)")
+    lines = [
+        f"step {d.step_seconds * 1e3:,.2f} ms ({d.tokens_per_s:,.1f} tokens/s); recomputing without the cache "
+        f"{d.recompute_seconds * 1e3:,.1f} ms, {d.speedup:,.1f}x slower",
+        f"KV read per step {fmt_bytes(d.kv_read_bytes_per_step)} at {bw / 1e9:,.2f} GB/s: "
+        f"{bw / x.copy_bandwidth_bytes_per_s:.0%} of the device's copy bandwidth, {peak} of its peak",
+        f"peak memory {fmt_bytes(d.peak_bytes)}; cached = recomputed: {check}",
+    ]
+    console.print(Text.assemble(("Cached decode", "bold"), f", rank {x.rank} on ", ci_text(x.device)))
+    for line in lines:
+        console.print(Padding(Text(line), (0, 0, 0, 4)))
