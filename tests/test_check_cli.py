@@ -130,3 +130,13 @@ def test_cloud_names_resolve_to_catalog_gpus():
     # New entries without a measured total are labelled nominal, as the catalog requires.
     assert {find_gpu(n).memory_kind for n in ("H800", "L20", "RTX-PRO-6000")} == {"nominal"}
     assert find_gpu("A800-80GB").total_memory_bytes == 81_920 * 2**20  # nvidia-smi 81,920 MiB
+
+
+def test_json_flag_is_format_json(runner, tmp_path):
+    # --json, as estimate, plan, models and gpus spell it; the same document as --format json.
+    (tmp_path / "svc.yaml").write_text("apiVersion: v1\nkind: Service\nmetadata: {name: web}\n")
+    as_flag = run_cli(runner, "check", str(tmp_path), "--offline", "--json")
+    as_format = run_cli(runner, "check", str(tmp_path), "--offline", "--format", "json")
+    assert json.loads(as_flag.stdout) == json.loads(as_format.stdout)
+    clash = run_cli(runner, "check", str(tmp_path), "--offline", "--json", "--format", "github")
+    assert clash.exit_code == 2 and "--json and --format github contradict" in clash.stderr

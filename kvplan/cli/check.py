@@ -20,6 +20,7 @@ def check(
     output_format: Annotated[
         str, typer.Option("--format", help="human, json, github (annotations) or junit.")
     ] = "human",
+    json_out: Annotated[bool, typer.Option("--json", help="Same as --format json, as on the other commands.")] = False,
     gpu: Annotated[
         str | None, typer.Option("--gpu", help="GPU type for every deployment; wins over the file's, e.g. H100-80GB.")
     ] = None,
@@ -59,6 +60,10 @@ def check(
 
     if output_format not in FORMATS:
         raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
+    if json_out:
+        if output_format not in ("human", "json"):
+            raise InputError(f"--json and --format {output_format} contradict: give one")
+        output_format = "json"
     if min_margin is not None and not 0 <= min_margin < 1:
         raise InputError(f"--min-margin must be a fraction in [0, 1), got {min_margin}")
     memory = parse_size(gpu_mem, "--gpu-mem") if gpu_mem is not None else None
