@@ -8,18 +8,30 @@ from kvplan.units import GiB
 
 
 class VllmReport(Protocol):
-    """What the lines print of vllm.VllmReport (a protocol, since vllm.py imports this module)."""
+    """What the lines print of vllm.VllmReport (a protocol, since vllm.py imports this module); read-only,
+    as the frozen report's fields are."""
 
-    flags: Any
-    stages: Any
-    refusal: Any
-    limiting_stage: int
-    num_blocks: int
-    kv_cache_tokens: int
-    max_concurrency: float
-    cudagraph_bytes: int
-    requested_bytes: int
-    total_memory_bytes: int
+    @property
+    def flags(self) -> Any: ...
+    @property
+    def stages(self) -> Any: ...
+    @property
+    def refusal(self) -> Any: ...
+    @property
+    def limiting_stage(self) -> int: ...
+    @property
+    def num_blocks(self) -> int: ...
+    @property
+    def kv_cache_tokens(self) -> int: ...
+    @property
+    def max_concurrency(self) -> float: ...
+    @property
+    def cudagraph_bytes(self) -> int: ...
+    @property
+    def requested_bytes(self) -> int: ...
+    @property
+    def total_memory_bytes(self) -> int: ...
+
 
 # V0 keeps swap blocks for preemption: swap_space 4 GiB per GPU by default.
 SWAP_SPACE_BYTES = 4 * GiB
