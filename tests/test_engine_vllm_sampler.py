@@ -115,3 +115,21 @@ def test_unknown_install_names_the_field():
     with pytest.raises(FieldError) as err:
         plan_vllm(LLAMA_3B, VllmFlags(max_model_len=2048, install="conda"), H100)
     assert err.value.field == "engine.install" and "image, wheel" in err.value.problem
+
+
+def test_notes_say_what_kvplan_assumes_of_the_box():
+    from kvplan.api import EstimateRequest, GpuChoice, ModelSource, estimate
+    from kvplan.capacity.deployment import Workload
+    from kvplan.engines.vllm_engine import VllmOptions
+
+    def notes(version: str, install: str = "image") -> str:
+        r = estimate(EstimateRequest(ModelSource("Qwen/Qwen3-8B", offline=True), Workload(max_model_len=8192),
+                                     gpu=GpuChoice(("A100-80GB",)), engine=VllmOptions(version=version,
+                                                                                         install=install)))
+        return " ".join(r.results[0].verdict.account.notes)
+
+    # 0.8.5's V1 charges whatever is on the device (vllm/v1/worker/gpu_worker.py, torch peak + all non-torch).
+    assert "another process's too" in notes("0.8.5") and "another process's too" not in notes("0.9.1")
+    assert "planned as the vllm/vllm-openai image" in notes("0.10.2")
+    assert "from the pip wheel has no FlashInfer" in notes("0.10.2", install="wheel")
+    assert "FlashInfer" not in notes("0.19")

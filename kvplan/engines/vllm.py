@@ -17,7 +17,7 @@ from kvplan.capacity.deployment import BoxProfile
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.engines.base import Refusal
 from kvplan.engines.vllm_batch import batch_shape
-from kvplan.engines.vllm_encoder import encoder_profile
+from kvplan.engines.vllm_encoder import encoder_profile, v0_encoder_profile
 from kvplan.engines.vllm_graphs import GraphModes, capture_sizes, graph_bytes
 from kvplan.engines.vllm_kv import KvCacheLayout, VllmLayerSpec, kv_cache_layout, vllm_layer_spec
 from kvplan.engines.vllm_log import log_lines
@@ -402,8 +402,12 @@ def plan_vllm(
     non_torch = NON_TORCH[non_torch_class(gpu.key, f.tp, f.pp)]
     charge_context = rules.charges_context(f.engine)
     dtype_bytes = weight_dtype_bytes(f.dtype)
-    encoder = encoder_profile(model, dtype_bytes=dtype_bytes, max_num_batched_tokens=f.max_num_batched_tokens,
-                              max_num_seqs=f.max_num_seqs, max_model_len=f.max_model_len)
+    if f.engine == "v0":
+        encoder = v0_encoder_profile(model, dtype_bytes=dtype_bytes, max_num_batched_tokens=f.max_num_batched_tokens,
+                                     max_num_seqs=f.max_num_seqs)
+    else:
+        encoder = encoder_profile(model, dtype_bytes=dtype_bytes, max_num_batched_tokens=f.max_num_batched_tokens,
+                                  max_num_seqs=f.max_num_seqs, max_model_len=f.max_model_len)
     mxfp4 = backend_for(gpu) if rules.mxfp4 else None
     if model.quant is not None and model.quant.method == "mxfp4" and not rules.mxfp4:
         raise FieldError("engine.version", f"vLLM {f.version} cannot load mxfp4 weights (0.10.1 and later)",

@@ -186,6 +186,15 @@ def _notes(d: Deployment, r: VllmReport) -> list[str]:
     if r.cudagraph_bytes and not (f.engine == "v1" and f.rules.cudagraphs_subtracted):
         out.append(f"CUDA graphs (about {fmt_gib(r.cudagraph_bytes)}) are not in vLLM {f.version}'s budget: "
                    "they live in the memory utilization leaves out")
+    if f.rules.charges_context(f.engine):
+        out.append(f"vLLM {f.version}'s {f.engine.upper()} engine charges all memory in use on the GPU, another "
+                   "process's too: kvplan plans an otherwise idle GPU")
+    if f.engine == "v1" and f.rules.image_sampler is not None:
+        out.append(f"vLLM {f.version} samples with FlashInfer only where it is installed: planned as the "
+                   "vllm/vllm-openai image, which ships it (a pip-installed vllm sorts with PyTorch, a larger peak)"
+                   if f.install == "image" else
+                   f"vLLM {f.version} from the pip wheel has no FlashInfer: its sampler sorts with PyTorch, a larger "
+                   "peak than the vllm/vllm-openai image's")
     warm = r.warmup
     if warm is not None and r.refusal is None:
         out.append(f"the sampler warm-up after the KV cache ({warm.rows:,} rows) needs {fmt_gib(warm.need_bytes)} "

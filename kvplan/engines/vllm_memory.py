@@ -311,6 +311,9 @@ def activation_peak_bytes(
     so it adds to the sampler's peak; before, fused_experts allocates it per call and it adds to the
     forward's only.
     """
+    if encoder is not None and encoder.lm_tokens is not None and encoder.lm_rows is not None:
+        # V0: the multimodal prompts set the language model's forward and the sampler's rows (vllm_encoder).
+        max_num_batched_tokens, max_num_seqs = encoder.lm_tokens, encoder.lm_rows
     b = weight_dtype_bytes(dtype)
     inter = (model.intermediate_size or 4 * model.hidden_size) / tp
     forward = FWD_BASE_BYTES + FWD_PER_TOKEN_WIDTH * max_num_batched_tokens * b * (inter + model.hidden_size)
