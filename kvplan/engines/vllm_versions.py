@@ -99,8 +99,8 @@ def _changes() -> tuple[VllmRules, ...]:
     # 0.8-0.11 sample with FlashInfer whenever it is importable (vllm/v1/sample/ops/topk_topp_sampler.py). The
     # vllm wheel does not install it (an extra at most, until 0.12 makes it a dependency and the sampler
     # opt-in), so a wheel runs PyTorch's sort; the vllm/vllm-openai image ships it (vllm-project/vllm#6172):
-    # 0.8's image FlashInfer 0.2.1.post2 (below the 0.2.3 that 0.8 falls back on) samples from softmax
-    # probabilities; 0.9-0.11's newer one from the logits through top_k_mask_logits then softmax.
+    # 0.8's image FlashInfer 0.2.1.post2 (a stored Dockerfile copy; below the 0.2.3 that 0.8 falls back on) uses
+    # softmax probabilities; 0.9-0.11's newer one samples from the logits via top_k_mask_logits then softmax.
     change((0, 8, 0), "V1 is the default engine; sampler warm-up after the KV cache; FlashInfer in the image",
            default_engine="v1", sampler_warmup=True, v1_sampler="sort", image_sampler="flashinfer_probs",
            block_sizes=(1, 8, 16, 32, 64, 128))
