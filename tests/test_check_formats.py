@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from kvplan.check.files import read_paths
 from tests.conftest import REPO, run_cli
 
