@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from kvplan.calibrate.vllm_log import install_shown  # noqa: E402
 from kvplan.capacity.deployment import BoxProfile  # noqa: E402
 from kvplan.engines.vllm import VllmFlags, VllmReport, plan_vllm, resolve_flags  # noqa: E402
 from kvplan.engines.vllm_graphs import capture_sizes  # noqa: E402
@@ -176,7 +177,8 @@ def _model(row: dict, logs: Path, aliases: dict) -> tuple[ModelSpec | None, str,
         try:
             spec = resolve_model(str(_config_path(logs, alias["config"])), offline=True).model
         except KvplanError as exc:
-            return None, alias["relation"], f"config not sized ({type(exc).__name__}: {str(exc)[:60]})"
+            why = str(exc).replace(f"{REPO}/", "")  # repo-relative: results committed from any checkout agree
+            return None, alias["relation"], f"config not sized ({type(exc).__name__}: {why[:90]})"
         return spec, alias["relation"], None
     try:
         return resolve_model(name, offline=True).model, "library", None
@@ -224,6 +226,8 @@ def _vllm_flags(row: dict, release: str, model: ModelSpec) -> tuple[VllmFlags, d
     else:
         use_v1 = None
     serve = "non-default args" in raw or "api_server" in raw or "vllm serve" in raw
+    # The image (kvplan's default) unless the log shows a wheel install; it decides 0.8-0.11's sampler.
+    install = install_shown(raw) or "image"
     eager = given.get("enforce_eager", cfg.get("enforce_eager"))
     kv_dtype = row.get("kv_cache_dtype") or given.get("kv_cache_dtype") or cfg.get("kv_cache_dtype") or "auto"
     flags = VllmFlags(
@@ -241,6 +245,7 @@ def _vllm_flags(row: dict, release: str, model: ModelSpec) -> tuple[VllmFlags, d
         version=release,
         use_v1=use_v1,
         usage="serve" if serve else "llm",
+        install=install,
         enforce_eager=bool(_flag(eager)) if eager is not None else False,
         allow_long_max_model_len=True,
     )

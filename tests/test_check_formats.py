@@ -100,7 +100,7 @@ def test_skypilot_each_accelerator_choice_is_a_deployment(runner) -> None:
         (4, 4, 32768, 2)}
     assert (h100.gpu_key, a100.gpu_key, l4.gpu_key) == ("H100-80GB", "A100-80GB", "L4")
     code, results = verdicts(runner, DATA / "skypilot-llama31-70b.yaml")
-    # 70B in bf16 is 131 GiB: 33 GiB per GPU does not fit an L4's 22.49 GiB; the task must fit any choice.
+    # 70B in bf16 is 131 GiB: 33 GiB per GPU does not fit an L4's 22.03 GiB; the task must fit any choice.
     assert (results["llama31-70b[H100:4]"]["verdict"], results["llama31-70b[L4:4]"]["verdict"]) == (
         "fits", "does_not_fit")
     assert code == 1

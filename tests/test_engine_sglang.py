@@ -25,8 +25,8 @@ from kvplan.units import GiB
 
 GPU = custom_gpu(80 * GiB)
 H100 = find_gpu("H100").total_memory_bytes  # 81,089.375 MiB (CUDA's total)
-L4 = find_gpu("L4").total_memory_bytes  # 23,034 MiB (nvidia-smi)
-H200 = find_gpu("H200").total_memory_bytes  # 143,771 MiB (nvidia-smi)
+L4 = find_gpu("L4").smi_total_bytes  # 23,034 MiB (nvidia-smi)
+H200 = find_gpu("H200").smi_total_bytes  # 143,771 MiB (nvidia-smi)
 
 
 def _model(name):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from kvplan.engines.vllm import VllmFlags, plan_vllm
-from kvplan.engines.vllm_encoder import encoder_profile
+from kvplan.engines.vllm_encoder import encoder_profile, v0_encoder_profile
 from kvplan.engines.vllm_graphs import capture_sizes
 from kvplan.engines.vllm_memory import non_torch_class
 from kvplan.engines.vllm_mxfp4 import FLASHINFER_TRTLLM, MARLIN, TRITON, backend_for, expert_bytes_per_rank
@@ -126,6 +126,24 @@ def test_encoder_takes_kv_memory_on_a_24gb_card():
     m = r.stages[0].memory
     assert m.activation_peak_bytes == m.encoder_bytes == 2_142_765_056  # pixels included; the LM's peak is smaller
     assert r.kv_cache_tokens < 70_000
+
+
+def test_v0_runs_the_multimodal_prompt_through_the_language_model():
+    # V0 (0.9.2, Unsloth's 2,048-token step and 1 sequence): min(1, 2,048 // 16,384) -> 1 dummy sequence whose
+    # prompt holds one 16,384-token image and is not cut to the step, so the language model runs over 16,384
+    # tokens: 0.096 GiB + 2.926 x 16,384 x 2 B x (18,944 + 3,584) = 2,263,045,111 B, with the embeddings
+    # (117,440,512 B) and the float32 pixels (65,536 x 1,176 x 4 = 308,281,344 B) still held: 2,688,766,967 B,
+    # above the encoder's own 2,142,765,056 B (the T4 logs of this run print 2.71 GiB).
+    vl = _model("Qwen/Qwen2.5-VL-7B-Instruct")
+    e = v0_encoder_profile(vl, dtype_bytes=2, max_num_batched_tokens=2048, max_num_seqs=1)
+    assert (e.items, e.lm_tokens, e.lm_rows, e.cached_bytes) == (1, 16384, 1, 117_440_512 + 308_281_344)
+    assert e.peak_bytes == 2_142_765_056
+    r = plan_vllm(vl, VllmFlags(max_model_len=16384, max_num_batched_tokens=2048, max_num_seqs=1, dtype="float16",
+                                version="0.9.2", use_v1=False), find_gpu("T4"))
+    assert r.stages[0].memory.activation_peak_bytes == 2_688_766_967
+    # Without images V0's step is the step.
+    assert v0_encoder_profile(_model("meta-llama/Llama-3.1-8B-Instruct"), dtype_bytes=2, max_num_batched_tokens=2048,
+                              max_num_seqs=1) is None
 
 
 # --- non-torch memory by GPU class and TP -------------------------------------------------------------------

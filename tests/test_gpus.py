@@ -54,7 +54,6 @@ def test_h100_sxm_total_is_the_cuda_figure_solved_from_the_vllm_logs():
         ("V100-32GB", 34_058_272_768),  # NVML memory_info.total
         ("MI300X", 206_141_652_992),  # 25,767,706,624 B per CPX partition × 8
         ("A10G", 23_028 * 1_048_576),  # nvidia-smi 23,028 MiB
-        ("H200", 143_771 * 1_048_576),  # nvidia-smi 143,771 MiB
         ("RTX-6000-ADA", 48 * 1_073_741_824),  # nominal 48 GB, nothing measured
     ],
 )
@@ -73,6 +72,8 @@ def test_exact_totals(key, total_bytes):
         ("L40", 44.40, 45_466),  # 44.40 × 1024 = 45,465.6
         ("RTX-3090", 23.56, 24_125),  # 23.56 × 1024 = 24,125.44
         ("RTX-4090", 23.64, 24_207),  # 23.64 × 1024 = 24,207.36
+        ("L4", 22.03, 22_559),  # 22.03 × 1024 = 22,558.72
+        ("H200", 139.81, 143_165),  # 139.81 × 1024 = 143,165.44
     ],
 )
 def test_rounded_gib_totals_round_trip(key, printed_gib, nearest_mib):
@@ -102,10 +103,20 @@ def test_unsourced_and_stand_in_figures_are_labelled():
     assert "not measured" in find_gpu("RTX 6000 Ada").memory_source
     assert find_gpu("H100 PCIe").memory_kind == "nominal"
     assert find_gpu("H100 NVL").memory_kind == "nvidia-smi"
-    assert find_gpu("L4").memory_kind == "nvidia-smi"
+    assert find_gpu("L4").memory_kind == "cuda"
     assert find_gpu("h100").memory_kind == "vllm-log"
     # Conflicting secondary bandwidth figures (3.93 vs 4.8 TB/s) are not picked between.
     assert find_gpu("H100 NVL").bandwidth_bytes_per_s is None
+
+
+def test_nvidia_smi_total_kept_beside_the_cuda_one():
+    # SGLang sizes its defaults by nvidia-smi's total (get_nvgpu_memory_capacity), vLLM its budget by CUDA's: the
+    # L4 shows 23,034 MiB in nvidia-smi and 22.03 GiB (22,559 MiB) to torch, 475 MiB the driver keeps.
+    l4 = find_gpu("L4")
+    assert (l4.smi_total_bytes, l4.total_memory_bytes) == (23_034 * MiB, 22_559 * MiB)
+    assert find_gpu("H200").smi_total_bytes == 143_771 * MiB
+    # Where the catalog knows one figure, it stands for both.
+    assert find_gpu("A10G").smi_total_bytes == find_gpu("A10G").total_memory_bytes == 23_028 * MiB
 
 
 def test_bandwidth_is_in_bytes_per_second():

@@ -187,11 +187,24 @@ def _options(log: StartupLog, version: str | None, user_only: bool) -> tuple[Eng
         logged = log.get("utilization")
         util = logged.value if logged is not None else None
     caching = given("enable_prefix_caching")
-    return VllmOptions(
+    options = VllmOptions(
         version=chosen, gpu_memory_utilization=util, block_size=given("block_size"), max_num_seqs=given("max_num_seqs"),
         max_num_batched_tokens=given("max_num_batched_tokens"),
-        enable_prefix_caching=True if caching is None else bool(caching),
-    ), [note] if note else []
+        enable_prefix_caching=True if caching is None else bool(caching), install=s.install or "image",
+    )
+    return _with_engine(options, s.vllm_engine), [note] if note else []
+
+
+def _with_engine(options: VllmOptions, logged: str | None) -> VllmOptions:
+    """The options with the engine the log ran (V0 or V1), where the release planned has it."""
+    if logged is None:
+        return options
+    chosen = replace(options, use_v1=logged == "v1")
+    try:
+        chosen.validate()
+    except FieldError:
+        return options
+    return chosen
 
 
 def _weights(log: StartupLog) -> tuple[WeightsChoice, list[str]]:

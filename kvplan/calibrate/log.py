@@ -98,7 +98,9 @@ class LogSettings:
 
     `utilization` is vLLM's gpu_memory_utilization or SGLang's mem_fraction_static; `block_size` vLLM's block
     or SGLang's page; `max_num_seqs` vLLM's or SGLang's max_running_requests; `max_num_batched_tokens` vLLM's
-    or SGLang's chunked_prefill_size. `user_set` names the fields the user's own flags gave.
+    or SGLang's chunked_prefill_size. `vllm_engine` is "v0" or "v1" as vLLM's "Initializing a V0/V1 LLM
+    engine" line says; `install` "image" or "wheel" where the log shows whether FlashInfer was importable.
+    `user_set` names the fields the user's own flags gave.
     """
 
     model: str | None = None
@@ -123,6 +125,8 @@ class LogSettings:
     max_total_tokens: int | None = None
     attention_backend: str | None = None
     cpu_offload_gb: float | None = None
+    vllm_engine: str | None = None
+    install: str | None = None
     user_set: frozenset[str] = frozenset()
 
 

@@ -28,7 +28,7 @@ from kvplan.planner.verdict import Verdict
 PROFILE_VERSION = 1
 _INT_FIELDS = ("total_memory_bytes", "tp", "pp", "non_torch_bytes", "cuda_graph_bytes", "max_num_batched_tokens",
                "max_num_seqs", "weights_bytes", "activation_peak_bytes")
-_STR_FIELDS = ("source", "engine", "engine_version", "gpu_name", "model")
+_STR_FIELDS = ("source", "engine", "engine_version", "vllm_engine", "gpu_name", "model")
 
 
 def _term(v: Verdict, name: str) -> int | None:
@@ -134,6 +134,7 @@ def build_profile(log: StartupLog, d: Deployment, v: Verdict) -> tuple[BoxProfil
         source=Path(log.source).name or log.source,
         engine=log.engine,
         engine_version=log.version,
+        vllm_engine=resolved_setting(v, "engine") if log.engine == "vllm" else None,
         gpu_name=d.gpu.key if catalogued else log.settings.device_name,
         tp=d.parallelism.tp,
         pp=d.parallelism.pp,

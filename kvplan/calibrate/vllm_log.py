@@ -108,6 +108,15 @@ _VERSION = (
     re.compile(r"\bversion (\d+\.\d+[\w.+-]*)\s*$"),  # the 0.16+ banner: "▄▄ ▄█ █ ... version 0.19.0"
     re.compile(r"\bvLLM: (\d+\.\d+[\w.+-]*?)\.?\s*$"),  # Unsloth's banner: "Transformers: 4.52.4. vLLM: 0.8.2."
 )
+_ENGINE = re.compile(r"Initializing an? (V[01]) LLM engine")
+# What the log shows of FlashInfer (V1 0.8-0.11 sample with it whenever it is importable): its sampler in use
+# (the vllm/vllm-openai image ships it), or missing or declined, as a plain wheel install runs; a virtual
+# environment's site-packages is a pip/uv install of the wheel.
+_INSTALL = (
+    (re.compile(r"Using FlashInfer for top-p & top-k sampling"), "image"),
+    (re.compile(r"FlashInfer is not available|sampler is disabled because FlashInfer"), "wheel"),
+    (re.compile(r"(?:\.venv|/venv|/envs)/lib/python[\d.]+/site-packages/vllm/"), "wheel"),
+)
 _ARGS = re.compile(r"non-default args: (\{.*)")
 _NAMESPACE = re.compile(r"args: Namespace\((.*)")
 _CONFIG = re.compile(r"with config: (.*)")
@@ -197,10 +206,19 @@ def _settings(c: Collector, rec: Record) -> None:
     if m:
         c.set("max_num_batched_tokens", int(number(m.group(1))), user=True, overwrite=False)
         c.set("max_num_seqs", int(number(m.group(2))), user=True, overwrite=False)
+    m = _ENGINE.search(text)
+    if m:
+        c.set("vllm_engine", m.group(1).lower(), overwrite=False)
+    c.set("install", install_shown(text), overwrite=False)
     for regex in (_UNSLOTH_GPU, _NVIDIA_GPU, _DEVICE):
         m = regex.search(text)
         if m:
             c.set("device_name", m.group(1).replace("_", " ").strip(), overwrite=False)
+
+
+def install_shown(text: str) -> str | None:
+    """"image" or "wheel" where `text` shows whether FlashInfer was importable; None where it does not."""
+    return next((install for regex, install in _INSTALL if regex.search(text)), None)
 
 
 def read_vllm(records: list[Record], source: str) -> StartupLog:

@@ -181,6 +181,7 @@ class BoxProfile:
     source: str  # the log it came from, for people
     engine: str
     engine_version: str | None = None
+    vllm_engine: str | None = None  # "v0" or "v1": the vLLM engine that printed the log
     gpu_name: str | None = None  # as the log names the device
     total_memory_bytes: int | None = None
     tp: int = 1

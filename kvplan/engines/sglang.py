@@ -119,8 +119,9 @@ def is_multimodal(model: ModelSpec) -> bool:
 
 def gpu_defaults(total_bytes: int, o: SglangOptions, p: Parallelism, model: ModelSpec | None = None) -> GpuDefaults:
     """SGLang's defaults for chunked_prefill_size, cuda_graph_max_bs and mem_fraction_static on this card, for the
-    release `o.version` names (kvplan.engines.sglang_releases). gpu_mem is the card's total in MiB: H100
-    (81,089 MiB), tp 1, newest rules: chunk 8,192, graphs 256 -> 13,440 MiB reserved -> 0.834."""
+    release `o.version` names (kvplan.engines.sglang_releases). gpu_mem is the card's total in MiB as nvidia-smi
+    reports it (server_args.py, utils.get_nvgpu_memory_capacity; plan_sglang passes GpuSpec.smi_total_bytes):
+    H100 (81,089 MiB), tp 1, newest rules: chunk 8,192, graphs 256 -> 13,440 MiB reserved -> 0.834."""
     rules = rules_for(release_of(o.version))
     gpu_mib = total_bytes / MiB
     chunk, graphs = batch_defaults(rules.batch, gpu_mib, p.tp)
@@ -291,7 +292,7 @@ def plan_sglang(d: Deployment) -> SglangReport:
         raise TypeError("plan_sglang needs SGLang options")
     p, model = d.parallelism, d.model
     box: BoxTerms = box_terms(d.profile, d)
-    defaults = gpu_defaults(d.gpu.total_memory_bytes, o, p, model)
+    defaults = gpu_defaults(d.gpu.smi_total_bytes, o, p, model)
     rules = defaults.release
     page, page_note = _page_size(o, rules)
     dtype = d.weights.dtype or serving_dtype(model.config_dtype)
@@ -409,7 +410,7 @@ def calibration(d: Deployment, rules: SglangRelease) -> Calibration:
         checked_on="SGLang 0.4.2-0.5.13 and a 2026 build, 13 held-out logs (benchmarks/results/sglang_accuracy.md)",
         outside=tuple(outside),
         error_band="token pool within 0.5% from the box's measured free memory (a calibrated profile); end to end "
-                   "9% mean, 19% worst (the memory in use before loading and the weights are modelled)",
+                   "5.7% mean, 9.5% worst on 4 logs (the memory in use before loading and the weights are modelled)",
     )
 
 

@@ -17,7 +17,7 @@ from kvplan.capacity.deployment import BoxProfile
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.engines.base import Refusal
 from kvplan.engines.vllm_batch import batch_shape
-from kvplan.engines.vllm_encoder import encoder_profile
+from kvplan.engines.vllm_encoder import encoder_profile, v0_encoder_profile
 from kvplan.engines.vllm_graphs import GraphModes, capture_sizes, graph_bytes
 from kvplan.engines.vllm_kv import KvCacheLayout, VllmLayerSpec, kv_cache_layout, vllm_layer_spec
 from kvplan.engines.vllm_log import log_lines
@@ -41,6 +41,9 @@ from kvplan.model.specs import LayerKind, ModelSpec
 from kvplan.units import GiB
 
 USAGES = ("serve", "llm")  # `vllm serve` (OPENAI_API_SERVER) or the LLM class (LLM_CLASS)
+# How vLLM is installed: the vllm/vllm-openai image (FlashInfer included) or the vllm wheel (pip, uv; without
+# FlashInfer before 0.12). Before 0.12 it decides V1's sampler, and with it the profiled activation peak.
+INSTALLS = ("image", "wheel")
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class VllmFlags:
     version: str = "current"
     use_v1: bool | None = None  # VLLM_USE_V1; None: the release's default engine
     usage: str = "serve"  # "serve" or "llm": the entry point's batch defaults
+    install: str = "image"  # "image" or "wheel" (INSTALLS)
     enforce_eager: bool = False  # no CUDA graphs
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     split: WeightSplit = NO_SPLIT  # expert parallel and CPU offload (vllm_memory.WeightSplit)
@@ -85,6 +89,8 @@ class VllmFlags:
                                  f"vLLM {self.version} has no --kv-cache-memory-bytes (0.10.2 and later)")
         if self.usage not in USAGES:
             raise FieldError("engine.usage", f"must be one of {', '.join(USAGES)}", self.usage)
+        if self.install not in INSTALLS:
+            raise FieldError("engine.install", f"must be one of {', '.join(INSTALLS)}", self.install)
         return rules
 
 
@@ -107,6 +113,7 @@ class ResolvedFlags:
     version: str
     rules: VllmRules
     engine: str  # "v0" or "v1"
+    install: str  # "image" or "wheel"
 
 
 @dataclass(frozen=True)
@@ -197,6 +204,7 @@ class VllmReport:
             "vllm_version": f.version,
             "rules_since": f.rules.release,
             "engine": f.engine,
+            "install": f.install,
             "non_kv_measure": f.rules.budget(f.engine),
             "flags": {
                 "max_model_len": f.max_model_len,
@@ -297,6 +305,7 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         version=flags.version,
         rules=rules,
         engine=engine,
+        install=flags.install,
     )
 
 
@@ -357,7 +366,17 @@ def _graph_bytes(model: ModelSpec, f: ResolvedFlags, modes: GraphModes, layers: 
 
 
 def _sampler_path(f: ResolvedFlags) -> str:
-    return "v0" if f.engine == "v0" else f.rules.v1_sampler
+    """The profiled sampler's path. V0 sorts like V1's PyTorch path (vllm/model_executor/layers/sampler.py
+    _apply_top_k_top_p; FlashInfer only with VLLM_USE_FLASHINFER_SAMPLER=1)."""
+    if f.engine == "v0":
+        return "sort"
+    if f.install == "image" and f.rules.image_sampler is not None:
+        return f.rules.image_sampler
+    return f.rules.v1_sampler
+
+
+def _moe_workspace_kept(f: ResolvedFlags) -> bool:
+    return f.engine == "v1" and f.rules.moe_workspace_kept
 
 
 def plan_vllm(
@@ -383,8 +402,12 @@ def plan_vllm(
     non_torch = NON_TORCH[non_torch_class(gpu.key, f.tp, f.pp)]
     charge_context = rules.charges_context(f.engine)
     dtype_bytes = weight_dtype_bytes(f.dtype)
-    encoder = encoder_profile(model, dtype_bytes=dtype_bytes, max_num_batched_tokens=f.max_num_batched_tokens,
-                              max_num_seqs=f.max_num_seqs, max_model_len=f.max_model_len)
+    if f.engine == "v0":
+        encoder = v0_encoder_profile(model, dtype_bytes=dtype_bytes, max_num_batched_tokens=f.max_num_batched_tokens,
+                                     max_num_seqs=f.max_num_seqs)
+    else:
+        encoder = encoder_profile(model, dtype_bytes=dtype_bytes, max_num_batched_tokens=f.max_num_batched_tokens,
+                                  max_num_seqs=f.max_num_seqs, max_model_len=f.max_model_len)
     mxfp4 = backend_for(gpu) if rules.mxfp4 else None
     if model.quant is not None and model.quant.method == "mxfp4" and not rules.mxfp4:
         raise FieldError("engine.version", f"vLLM {f.version} cannot load mxfp4 weights (0.10.1 and later)",
@@ -392,7 +415,8 @@ def plan_vllm(
     memories = stage_memory(
         model, dtype=f.dtype, tp=f.tp, pp=f.pp, quantization=f.quantization,
         max_num_batched_tokens=f.max_num_batched_tokens, max_num_seqs=f.max_num_seqs, non_torch=non_torch,
-        charge_context=charge_context, sampler=_sampler_path(f), encoder=encoder,
+        charge_context=charge_context, sampler=_sampler_path(f), moe_workspace_kept=_moe_workspace_kept(f),
+        encoder=encoder,
         checkpoint_bytes=checkpoint_bytes, split=flags.split, mxfp4_backend=mxfp4,
     )
     stage_layers = pp_stage_layers(model.num_layers, f.pp)
@@ -473,7 +497,8 @@ def _warmup(
         return None
     rows = min(f.max_num_seqs, f.max_num_batched_tokens)
     need = activation_peak_bytes(model, dtype=f.dtype, tp=f.tp, max_num_batched_tokens=rows, max_num_seqs=rows,
-                                 runs_sampler=True, sampler=_sampler_path(f))
+                                 runs_sampler=True, sampler=_sampler_path(f),
+                                 moe_workspace_kept=_moe_workspace_kept(f))
     nt = last.memory.non_torch
     kv = num_blocks * last.layout.bytes_per_block
     twice = graphs if f.rules.cudagraphs_profiled and _moe_kernel(model) == "mxfp4" else 0

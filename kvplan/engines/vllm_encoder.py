@@ -48,7 +48,9 @@ class EncoderProfile:
     items: int
     tokens: int  # embedding tokens cached for the language model's forward
     peak_bytes: int  # the encoder's activation peak, pixels included
-    cached_bytes: int  # the embeddings kept while the language model runs
+    cached_bytes: int  # what stays allocated while the language model runs (embeddings; V0: the pixels too)
+    lm_tokens: int | None = None  # V0: tokens of the language model's dummy forward (the prompts carry the items)
+    lm_rows: int | None = None  # V0: dummy sequences, so the sampler's rows
 
 
 def _tower(model: ModelSpec) -> tuple[int, int, int] | None:
@@ -87,3 +89,31 @@ def encoder_profile(
     pixels = patches * proc.pixels_per_patch * (PIXEL_INPUT_BYTES + dtype_bytes)
     tokens = items * proc.tokens_per_item
     return EncoderProfile(items, tokens, block + pixels, tokens * model.hidden_size * dtype_bytes)
+
+
+def v0_encoder_profile(
+    model: ModelSpec, *, dtype_bytes: int, max_num_batched_tokens: int, max_num_seqs: int,
+) -> EncoderProfile | None:
+    """V0's multimodal profiling (vllm/worker/model_runner.py _dummy_run, multimodal/profiling.py
+    get_decoder_dummy_data @0.6-0.10): the encoder runs inside the one dummy forward, on the items of
+    min(max_num_seqs, step // tokens per item) sequences (at least 1), each prompt carrying one item per
+    modality (V0's default limit per prompt is 1; kvplan sizes the image) and never cut to the step: V0 "does
+    not support chunked prefill" there, so the language model runs over max(step / sequences, item tokens) a
+    sequence. The float32 pixels stay in the model input through the language model's forward.
+    Qwen2.5-VL-7B, 2,048-token step, 1 sequence: one 16,384-token image, so a 16,384-token forward, with
+    16,384 x 3,584 x 2 B = 112 MiB of embeddings and 65,536 x 1,176 x 4 B = 294 MiB of pixels held.
+    """
+    proc = PROCESSORS.get(model.model_type)
+    tower = _tower(model)
+    if proc is None or tower is None:
+        return None
+    _, width, mlp = tower
+    seqs = max(1, min(max_num_seqs, max_num_batched_tokens // proc.tokens_per_item))
+    patches = seqs * proc.patches_per_item
+    block = patches * (2 * width + max(4 * width, mlp)) * dtype_bytes
+    pixels = patches * proc.pixels_per_patch * PIXEL_INPUT_BYTES
+    tokens = seqs * proc.tokens_per_item
+    held = tokens * model.hidden_size * dtype_bytes + pixels
+    lm_tokens = seqs * max(max_num_batched_tokens // seqs, proc.tokens_per_item)
+    return EncoderProfile(seqs, tokens, block + pixels + patches * proc.pixels_per_patch * dtype_bytes, held,
+                          lm_tokens, seqs)

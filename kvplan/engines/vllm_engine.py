@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal
-from kvplan.engines.vllm import USAGES, VllmFlags, VllmReport, plan_vllm
+from kvplan.engines.vllm import INSTALLS, USAGES, VllmFlags, VllmReport, plan_vllm
 from kvplan.engines.vllm_calibration import calibration_for
 from kvplan.engines.vllm_memory import StageMemory, WeightSplit
 from kvplan.engines.vllm_versions import VllmRules, engine_for, rules_for
@@ -33,6 +33,7 @@ class VllmOptions:
     version: str = "current"
     use_v1: bool | None = None  # VLLM_USE_V1 (0.6.4-0.10.x); None: the release's default engine
     usage: str = "serve"  # "serve" (vllm serve) or "llm" (the LLM class): their batch defaults differ
+    install: str = "image"  # "image" (vllm/vllm-openai, FlashInfer included) or "wheel" (pip): V1's sampler
     enforce_eager: bool = False  # --enforce-eager: no CUDA graphs
     gpu_memory_utilization: float | None = None
     block_size: int | None = None
@@ -50,6 +51,8 @@ class VllmOptions:
         engine_for(self.rules, self.use_v1)
         if self.usage not in USAGES:
             raise FieldError("engine.usage", f"must be one of {', '.join(USAGES)}", self.usage)
+        if self.install not in INSTALLS:
+            raise FieldError("engine.install", f"must be one of {', '.join(INSTALLS)}", self.install)
         u = self.gpu_memory_utilization
         if u is not None and not 0 < u <= 1:
             raise FieldError("engine.gpu_memory_utilization", "must be in (0, 1]", u)
@@ -132,6 +135,7 @@ def _flags(d: Deployment, o: VllmOptions) -> VllmFlags:
         version=o.version,
         use_v1=o.use_v1,
         usage=o.usage,
+        install=o.install,
         enforce_eager=o.enforce_eager,
         allow_long_max_model_len=o.allow_long_max_model_len,
         # Expert parallel spreads whole experts over the tp x dp ranks of the EP group (FusedMoE's EP).
@@ -182,6 +186,15 @@ def _notes(d: Deployment, r: VllmReport) -> list[str]:
     if r.cudagraph_bytes and not (f.engine == "v1" and f.rules.cudagraphs_subtracted):
         out.append(f"CUDA graphs (about {fmt_gib(r.cudagraph_bytes)}) are not in vLLM {f.version}'s budget: "
                    "they live in the memory utilization leaves out")
+    if f.rules.charges_context(f.engine):
+        out.append(f"vLLM {f.version}'s {f.engine.upper()} engine charges all memory in use on the GPU, another "
+                   "process's too: kvplan plans an otherwise idle GPU")
+    if f.engine == "v1" and f.rules.image_sampler is not None:
+        out.append(f"vLLM {f.version} samples with FlashInfer only where it is installed: planned as the "
+                   "vllm/vllm-openai image, which ships it (a pip-installed vllm sorts with PyTorch, a larger peak)"
+                   if f.install == "image" else
+                   f"vLLM {f.version} from the pip wheel has no FlashInfer: its sampler sorts with PyTorch, a larger "
+                   "peak than the vllm/vllm-openai image's")
     warm = r.warmup
     if warm is not None and r.refusal is None:
         out.append(f"the sampler warm-up after the KV cache ({warm.rows:,} rows) needs {fmt_gib(warm.need_bytes)} "

@@ -40,16 +40,55 @@ _NO_ROPE = ("gpt2", "gpt_bigcode", "opt")
 # The forward coefficients and the 0.17+ sampler's 3.279 copies were fitted on 6 of the 12 dense library
 # models of the fit split (14 logs): mean |error| 0.016 GiB; the other 6 (19 logs): mean 0.048 GiB, worst
 # -0.19 GiB (Llama-3.1-8B in float32). MoE models add the fused-MoE workspace (moe_workspace_bytes, buffer
-# shapes from vLLM, no fitted coefficient), which the forward still holds when the sampler runs.
+# shapes from vLLM, no fitted coefficient), which 0.14+ still holds when the sampler runs.
 FWD_BASE_BYTES = round(0.096 * GiB)
 FWD_PER_TOKEN_WIDTH = 2.926
 SAMPLER_BASE_BYTES = round(0.023 * GiB)
-# fp32 [S, V] tensors alive at the sampler's peak, per sampler path (engine-rules.md 1.5): the 0.17+ Triton
-# top-k/top-p keeps float logits, softmax and the exponential noise (3; fitted 3.279 on 0.19); 0.12-0.16's
-# PyTorch sort adds sorted values and int64 indices (5); 0.8-0.11's FlashInfer sampler only float logits and
-# probabilities (2); V0's sampler sorts and keeps probabilities and log-probabilities (6). V1 0.6.4-0.7.x runs
-# no sampler: compute_logits over all T tokens, in the model dtype only (0).
-SAMPLER_FP32_COPIES = {"triton": 3.279, "sort": 5.0, "flashinfer": 2.0, "v0": 6.0, "logits": 0.0}
+FP32_BYTES = 4
+# float32 [S, V] tensors alive at the sampler's peak, per sampler path (engine-rules.md 1.5): the 0.17+ Triton
+# top-k/top-p keeps the float logits, softmax and the exponential noise (3; fitted 3.279 on 0.19). FlashInfer
+# (0.8-0.11 where installed): 0.8 takes softmax probabilities and samples from them (logits and probabilities:
+# 2); 0.9-0.11 call top_k_top_p_sampling_from_logits, which masks the logits into a new tensor and takes its
+# softmax (flashinfer/sampling.py, filter_apply_order "top_k_first": 3). V1 0.6.4-0.7.x runs no sampler:
+# compute_logits over all T tokens, in the model dtype only (0). The PyTorch sort path is sized by
+# torch_sort_bytes_per_element below, not by a count of copies.
+SAMPLER_FP32_COPIES = {"triton": 3.279, "flashinfer_logits": 3.0, "flashinfer_probs": 2.0, "logits": 0.0}
+# 0.17+ sends fewer rows than this to PyTorch's sort (vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p).
+TRITON_MIN_ROWS = 8
+
+
+def torch_sort_bytes_per_element(rows: int) -> int:
+    """Bytes torch.sort holds per element of a float32 [rows, V] tensor at its peak, input excluded.
+
+    The PyTorch-native top-k/top-p (V0's sampler, V1's before 0.17) sorts the float32 logits. The sort
+    returns float32 values (4 B) and int64 indices (8 B) and meanwhile takes scratch from the caching
+    allocator (aten/src/ATen/native/cuda/SortStable.cu; cub's radix sorts, called without a double buffer,
+    allocate a spare key and a spare value buffer):
+      one row, or >= 128 rows (segmented_sort_large_segments, segmented_sort_pairs): int64 source indices 8
+        + cub's spare keys 4 and indices 8 = 20 -> 32 B with the outputs;
+      2..127 rows (segmented_sort_pairs_by_full_sort): two int2 index/segment arrays 16 + the sorted-keys
+        buffer 4 + cub's spare keys 4 and int2 values 8 = 32 -> 44 B.
+    vLLM's own benchmark of this path, input and its clone (8 B) included: 1.25 GiB for 256 x 131,072
+    (33,554,432 x 40 B = 1.25 GiB; vllm-project/vllm#32558) and 78.50 MiB for 48 x 32,768 (1,572,864 x
+    52 B = 78.0 MiB; vllm-project/vllm#33538).
+    """
+    outputs = 4 + 8
+    if 1 < rows < 128:
+        return outputs + 2 * 8 + 4 + 4 + 8
+    return outputs + 8 + 4 + 8
+
+
+def sampler_bytes_per_logit(sampler: str, rows: int) -> float:
+    """Bytes the sampler holds at its peak per (row x vocabulary) element, beyond the model-dtype logits.
+
+    "sort": the float32 logits plus torch.sort's working set; Llama-3.1-8B on V0 with 256 sequences:
+    4 + 32 = 36 B, with the 2 B bfloat16 logits 38 B x 256 x 128,256 = 1.16 GiB.
+    """
+    if sampler == "triton" and rows < TRITON_MIN_ROWS:
+        sampler = "sort"
+    if sampler == "sort":
+        return FP32_BYTES + torch_sort_bytes_per_element(rows)
+    return SAMPLER_FP32_COPIES[sampler] * FP32_BYTES
 
 
 # --- Non-torch memory: the CUDA context, NCCL set up before the worker's snapshot, growth while profiling --
@@ -262,23 +301,30 @@ def moe_workspace_bytes(model: ModelSpec, *, dtype: str, tp: int, max_num_batche
 
 def activation_peak_bytes(
     model: ModelSpec, *, dtype: str, tp: int, max_num_batched_tokens: int, max_num_seqs: int, runs_sampler: bool,
-    sampler: str = "triton", encoder: EncoderProfile | None = None,
+    sampler: str = "triton", encoder: EncoderProfile | None = None, moe_workspace_kept: bool = True,
 ) -> int:
     """The torch peak of vLLM's profiling run on one rank (see the coefficients above).
 
-    `sampler`: the release's sampler path (a SAMPLER_FP32_COPIES key). `encoder`: the vision encoder's part
-    of the run on this rank; its embeddings stay cached while the forward and the sampler run.
+    `sampler`: the release's sampler path ("sort" or a SAMPLER_FP32_COPIES key). `encoder`: the vision
+    encoder's part of the run on this rank; its embeddings stay cached while the forward and the sampler run.
+    `moe_workspace_kept`: the fused-MoE scratch outlives the forward (0.14+: the workspace manager keeps it),
+    so it adds to the sampler's peak; before, fused_experts allocates it per call and it adds to the
+    forward's only.
     """
+    if encoder is not None and encoder.lm_tokens is not None and encoder.lm_rows is not None:
+        # V0: the multimodal prompts set the language model's forward and the sampler's rows (vllm_encoder).
+        max_num_batched_tokens, max_num_seqs = encoder.lm_tokens, encoder.lm_rows
     b = weight_dtype_bytes(dtype)
     inter = (model.intermediate_size or 4 * model.hidden_size) / tp
     forward = FWD_BASE_BYTES + FWD_PER_TOKEN_WIDTH * max_num_batched_tokens * b * (inter + model.hidden_size)
     moe = moe_workspace_bytes(model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens)
-    peak = forward
+    kept = moe if moe_workspace_kept else 0
+    peak = forward + moe - kept
     if runs_sampler:
         rows = max_num_batched_tokens if sampler == "logits" else min(max_num_seqs, max_num_batched_tokens)
         logits = rows * padded_vocab(model.vocab_size)
-        peak = max(forward, SAMPLER_BASE_BYTES + logits * b + SAMPLER_FP32_COPIES[sampler] * logits * 4)
-    lm = int(peak) + moe
+        peak = max(peak, SAMPLER_BASE_BYTES + logits * (b + sampler_bytes_per_logit(sampler, rows)))
+    lm = int(peak) + kept
     if encoder is None:
         return lm
     return max(encoder.peak_bytes, lm + encoder.cached_bytes)
@@ -296,6 +342,7 @@ def stage_memory(
     non_torch: NonTorch,
     charge_context: bool,
     sampler: str = "triton",
+    moe_workspace_kept: bool = True,
     encoder: EncoderProfile | None = None,
     checkpoint_bytes: int | None = None,
     split: WeightSplit = NO_SPLIT,
@@ -323,6 +370,7 @@ def stage_memory(
                 activation_peak_bytes=activation_peak_bytes(
                     model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
                     max_num_seqs=max_num_seqs, runs_sampler=last, sampler=sampler, encoder=enc,
+                    moe_workspace_kept=moe_workspace_kept,
                 ),
                 non_torch=non_torch,
                 non_torch_bytes=non_torch.charged(charge_context),

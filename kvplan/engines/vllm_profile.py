@@ -53,9 +53,10 @@ def _profile_rules(profile: BoxProfile) -> VllmRules | None:
 
 
 def _growth(profile: BoxProfile, measured: int, nt: NonTorch) -> int:
-    """The growth part of a logged non-torch figure: releases that charge the context logged all of it."""
+    """The growth part of a logged non-torch figure: releases that charge the context logged all of it.
+    Which engine printed it matters: vLLM 0.8.5's V1 charges the context, its V0 does not."""
     rules = _profile_rules(profile)
-    charged_all = rules is not None and rules.charges_context(rules.default_engine)
+    charged_all = rules is not None and rules.charges_context(profile.vllm_engine or rules.default_engine)
     if charged_all:
         return max(0, measured - nt.context_bytes - nt.before_snapshot_bytes)
     return measured

@@ -56,7 +56,9 @@ class VllmRules:
     v1_concurrency_rule: str = "tokens"  # "tokens" (tokens / len) or "blocks" (blocks / blocks per request) [1.8]
     concurrency_line: bool = False  # V0 logs "Maximum concurrency ..." [1.8]
     sampler_warmup: bool = False  # V1 warms the sampler up after the KV cache is allocated [1.5]
-    v1_sampler: str = "logits"  # "logits" (all tokens, no sampler), "flashinfer", "sort", "triton" [1.5]
+    v1_sampler: str = "logits"  # "logits" (all tokens, no sampler), "sort" (PyTorch), "triton" [1.5]
+    image_sampler: str | None = None  # the official image's sampler where its FlashInfer changes it [1.5]
+    moe_workspace_kept: bool = False  # the fused-MoE scratch outlives the forward (workspace manager) [1.5]
     capture_rule: str = "v1_512"  # "v1_512", "v1_2seqs", "v1_2seqs_16" [1.6]
     full_graphs: bool = False  # FULL_AND_PIECEWISE: a full decode set beside the piecewise one [1.6]
     blackwell_1024: bool = False  # capture up to 1,024 on data-center Blackwell [1.6]
@@ -94,11 +96,17 @@ def _changes() -> tuple[VllmRules, ...]:
            v0_budget="snapshot", v0_chunked_tokens=2048)
     change((0, 7, 0), "V1 batch defaults by device name (h100/h200: 8,192 tokens)", v1_batch_rule="name")
     change((0, 7, 1), "MLA caches its latent", mla_latent=True)
-    change((0, 8, 0), "V1 is the default engine; sampler warm-up after the KV cache; FlashInfer sampler",
-           default_engine="v1", sampler_warmup=True, v1_sampler="flashinfer",
+    # 0.8-0.11 sample with FlashInfer whenever it is importable (vllm/v1/sample/ops/topk_topp_sampler.py). The
+    # vllm wheel does not install it (an extra at most, until 0.12 makes it a dependency and the sampler
+    # opt-in), so a wheel runs PyTorch's sort; the vllm/vllm-openai image ships it (vllm-project/vllm#6172):
+    # 0.8's image FlashInfer 0.2.1.post2 (a stored Dockerfile copy; below the 0.2.3 that 0.8 falls back on) uses
+    # softmax probabilities; 0.9-0.11's newer one samples from the logits via top_k_mask_logits then softmax.
+    change((0, 8, 0), "V1 is the default engine; sampler warm-up after the KV cache; FlashInfer in the image",
+           default_engine="v1", sampler_warmup=True, v1_sampler="sort", image_sampler="flashinfer_probs",
            block_sizes=(1, 8, 16, 32, 64, 128))
     change((0, 8, 5), "V1 batch defaults by memory (>= 70 GiB: 8,192 tokens, 1,024 seqs)", v1_batch_rule="memory")
-    change((0, 9, 0), "A100s get the small-GPU batch defaults", v1_batch_rule="memory_not_a100")
+    change((0, 9, 0), "A100s get the small-GPU batch defaults; the image's FlashInfer samples from logits",
+           v1_batch_rule="memory_not_a100", image_sampler="flashinfer_logits")
     change((0, 9, 1), "V1 budget from the worker's snapshot (context not charged); hybrid KV groups",
            v1_budget="snapshot", hybrid_groups=True, v1_tokens_rule="blocks_per_group",
            v1_concurrency_rule="blocks")
@@ -109,10 +117,11 @@ def _changes() -> tuple[VllmRules, ...]:
            kv_cache_memory_option=True)
     change((0, 11, 0), "V1 only; FULL_AND_PIECEWISE CUDA graphs", v0_available=False, full_graphs=True)
     change((0, 11, 1), "defaulted tokens capped at seqs x len, seqs at tokens", batch_caps=True)
-    change((0, 12, 0), "PyTorch sort sampler (FlashInfer opt-in); block size 256; bfloat16 KV",
-           v1_sampler="sort", block_sizes=(1, 8, 16, 32, 64, 128, 256),
+    change((0, 12, 0), "FlashInfer sampler opt-in (PyTorch sort in the image too); block size 256; bfloat16 KV",
+           image_sampler=None, block_sizes=(1, 8, 16, 32, 64, 128, 256),
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"))
-    change((0, 14, 0), "requested = ceil(total x util)", requested_ceil=True)
+    change((0, 14, 0), "requested = ceil(total x util); the fused-MoE workspace is kept between steps",
+           requested_ceil=True, moe_workspace_kept=True)
     change((0, 17, 0), "Triton top-k/top-p sampler", v1_sampler="triton")
     change((0, 18, 0), "CUDA-graph memory profiled before the KV cache (not subtracted); any block size",
            cudagraphs_profiled=True, block_sizes=None)

@@ -36,11 +36,19 @@ class GpuSpec:
     vendor: str  # "nvidia" | "amd" ("unknown" only for custom_gpu)
     bandwidth_bytes_per_s: int | None = None
     bandwidth_source: str = ""
+    # nvidia-smi's total where the catalog holds the CUDA one and knows both: SGLang sizes its defaults by it.
+    nvidia_smi_bytes: int | None = None
 
     @property
     def memory_kind(self) -> str:
         """The kind of figure `total_memory_bytes` holds: one of MEMORY_KINDS."""
         return self.memory_source.split(":", 1)[0]
+
+    @property
+    def smi_total_bytes(self) -> int:
+        """The total nvidia-smi reports (SGLang's get_nvgpu_memory_capacity reads it): the recorded figure, else
+        the catalog's total, which is nvidia-smi's or the closest figure known."""
+        return self.nvidia_smi_bytes or self.total_memory_bytes
 
 
 def _from_rounded_gib(text: str) -> int:
@@ -77,6 +85,11 @@ H100_SXM_CUDA_TOTAL_BYTES = 85_028_372_480
 _N = "nvidia"
 _A = "amd"
 
+# Tags for sources read after gpus.md was written (the rest are gpus.md's):
+# [evo2#190]: https://github.com/ArcInstitute/evo2/issues/190 ("Is a L4 GPU not enough": torch's OOM message)
+# [arxiv-confi]: https://github.com/sungwon-chae/arxiv_confi/blob/3906c481ed03deeb5ce0b4db322c77bdc44416ad/
+#   etu_logging.md (8 x "NVIDIA H200 (139.8 GB)", then torch's OOM message)
+
 # Bandwidth figures below are only those gpus.md gives; "secondary" means a page quoting the vendor
 # figure that gpus.md could not check against the datasheet.
 _CATALOG: tuple[GpuSpec, ...] = (
@@ -103,9 +116,11 @@ _CATALOG: tuple[GpuSpec, ...] = (
     ),
     GpuSpec(
         "H200", "NVIDIA H200 141GB HBM3e", ("NVIDIA H200",),
-        143_771 * MiB, "nvidia-smi: 143,771 MiB [tg-blog]",
+        _from_rounded_gib("139.81"),
+        "cuda: torch OOM 'GPU 0 has a total capacity of 139.81 GiB' on 8 x NVIDIA H200 [arxiv-confi]"
+        " (nvidia-smi 143,771 MiB [tg-blog])",
         ("H200-141GB", "H200-SXM", "nvidia-h200-141gb"),
-        _N, _tb_per_s("4.8"), "secondary [oi#1441]",
+        _N, _tb_per_s("4.8"), "secondary [oi#1441]", nvidia_smi_bytes=143_771 * MiB,
     ),
     GpuSpec(
         "GH200-96GB", "NVIDIA GH200 96GB HBM3 (480GB superchip; GPU memory only)", ("NVIDIA GH200 480GB",),
@@ -206,9 +221,11 @@ _CATALOG: tuple[GpuSpec, ...] = (
     ),
     GpuSpec(
         "L4", "NVIDIA L4 24GB GDDR6", ("NVIDIA L4",),
-        23_034 * MiB, "nvidia-smi: 23,034 MiB [modal#2797]",
+        _from_rounded_gib("22.03"),
+        "cuda: torch OOM 'GPU 0 has a total capacity of 22.03 GiB' on an L4 [evo2#190]"
+        " (nvidia-smi 23,034 MiB [modal#2797])",
         ("L4-24GB", "nvidia-l4"),
-        _N,
+        _N, nvidia_smi_bytes=23_034 * MiB,
     ),
     GpuSpec(
         "L40", "NVIDIA L40 48GB GDDR6", (),
