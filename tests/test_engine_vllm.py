@@ -255,3 +255,23 @@ def test_estimate_states_the_batch_need_in_vllm_blocks():
     v = r.results[0].verdict
     assert v.pools[0].pool.per_request_units == 8713 and v.pools[0].pool.unit_bytes == 393_216
     assert v.kv_needed_bytes == 8 * 8713 * 393_216
+
+
+def _activation_and_notes(runner, *args: str) -> tuple[int, list[str]]:
+    from tests.conftest import run_json
+
+    g = run_json(runner, "estimate", "Qwen/Qwen3-30B-A3B", "--seq", "8192", "--gpu", "H100", *args)["gpus"][0]
+    return next(t["bytes"] for t in g["terms"] if t["name"] == "activation_peak"), g["notes"]
+
+
+def test_vllm_install_changes_the_sampler_only_where_the_release_differs(runner):
+    # 0.10.2 samples with FlashInfer where it is installed (the vllm/vllm-openai image) and with PyTorch's
+    # sort otherwise (the pip wheel): the sort holds more bytes per logit, so the wheel's profiling peak is
+    # larger. 0.19 makes FlashInfer opt-in for both, so the install does not change its peak.
+    image, image_notes = _activation_and_notes(runner, "--vllm-version", "0.10.2", "--vllm-install", "image")
+    wheel, wheel_notes = _activation_and_notes(runner, "--vllm-version", "0.10.2", "--vllm-install", "wheel")
+    assert wheel > image
+    assert any("pip wheel has no FlashInfer" in n for n in wheel_notes)
+    assert any("planned as the vllm/vllm-openai image" in n for n in image_notes)
+    same = {_activation_and_notes(runner, "--vllm-version", "0.19", "--vllm-install", i)[0] for i in ("image", "wheel")}
+    assert len(same) == 1

@@ -24,7 +24,7 @@ def _engine_options(engine: str, f: dict[str, Any]) -> Any:
     module is imported (see kvplan.engines)."""
     builders: dict[str, tuple[str, str, Callable[[], dict[str, Any]]]] = {
         "vllm": ("vllm_engine", "VllmOptions", lambda: dict(
-            version=f["vllm_version"], gpu_memory_utilization=f["gpu_memory_utilization"],
+            version=f["vllm_version"], install=f["vllm_install"], gpu_memory_utilization=f["gpu_memory_utilization"],
             block_size=f["block_size"], max_num_seqs=f["max_num_seqs"],
             max_num_batched_tokens=f["max_num_batched_tokens"], enable_prefix_caching=f["enable_prefix_caching"],
             kv_cache_memory_bytes=_size(f["kv_cache_memory"], "--kv-cache-memory-bytes"),
@@ -100,6 +100,7 @@ def estimate(
     profile: opt.Profile = None,
     engine: opt.Engine = "vllm",
     vllm_version: opt.VllmVersion = None,
+    vllm_install: opt.VllmInstall = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = None,
     block_size: opt.BlockSize = None,
     max_num_seqs: opt.MaxNumSeqs = None,
@@ -144,7 +145,8 @@ def estimate(
     flags = dict(locals(), enable_prefix_caching=prefix_caching)
     given = [
         name for name, value in (
-            ("--vllm-version", vllm_version), ("--gpu-memory-utilization", gpu_memory_utilization),
+            ("--vllm-version", vllm_version), ("--vllm-install", vllm_install),
+            ("--gpu-memory-utilization", gpu_memory_utilization),
             ("--block-size", block_size), ("--max-num-seqs", max_num_seqs),
             ("--max-num-batched-tokens", max_num_batched_tokens), ("--enable-prefix-caching", prefix_caching),
             ("--kv-cache-memory-bytes", kv_cache_memory), ("--allow-long-max-model-len", allow_long),

@@ -38,6 +38,7 @@ FIELD_FLAGS: dict[str, str] = {
     "weights.cpu_offload_bytes": "--cpu-offload-gb",
     "source.weights_from_hub": "--weights-from-hub",
     "engine.version": "--vllm-version",
+    "engine.install": "--vllm-install",
     "engine.gpu_memory_utilization": "--gpu-memory-utilization",
     "engine.block_size": "--block-size",
     "engine.max_num_seqs": "--max-num-seqs",
@@ -70,6 +71,7 @@ ENGINE_FIELD_FLAGS: dict[tuple[str, str], str] = {
 # Engine-specific flags -> the engines that have them; one of another engine's is an error naming its owner.
 ENGINE_FLAGS: dict[str, tuple[str, ...]] = {
     "--vllm-version": ("vllm",),
+    "--vllm-install": ("vllm",),
     "--gpu-memory-utilization": ("vllm", "generic", "transformers", "tgi"),
     "--block-size": ("vllm", "generic"),
     "--max-num-seqs": ("vllm", "tgi"),

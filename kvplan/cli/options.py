@@ -139,6 +139,14 @@ Profile = Annotated[
 VllmVersion = Annotated[
     str | None, typer.Option("--vllm-version", help="vLLM release, 0.6.0 to 0.33, or current.", rich_help_panel=VLLM)
 ]
+VllmInstall = Annotated[
+    str | None,
+    typer.Option(
+        "--vllm-install",
+        help="image (vllm/vllm-openai, the default) or wheel (pip): sets the 0.8-0.11 sampler's peak.",
+        rich_help_panel=VLLM,
+    ),
+]
 GpuMemoryUtilization = Annotated[
     float | None,
     typer.Option(
