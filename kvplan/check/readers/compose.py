@@ -15,23 +15,17 @@ from kvplan.check.build import Hardware, Site, build_request
 from kvplan.check.invocation import expand_shell, find_invocation
 from kvplan.check.loader import Document
 from kvplan.check.model import DeploymentRequest, Location, Unresolved
-from kvplan.check.readers.k8s import GPU_ANNOTATION, MODEL_ANNOTATION, dig, engine_args, mapping, sequence
+from kvplan.check.readers.k8s import GPU_ANNOTATION, MODEL_ANNOTATION, dig, engine_args, mapping, scalar_word, sequence
 
 _GPU_FIX = "add label kvplan.io/gpu: H100-80GB to the service, or pass --gpu"
 
 
-def _word(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def _env(value: Any) -> dict[str, str]:
     if isinstance(value, dict):
-        return {str(k): _word(v) for k, v in value.items() if v is not None}
+        return {str(k): scalar_word(v) for k, v in value.items() if v is not None}
     env: dict[str, str] = {}
     for item in sequence(value):
-        key, sep, val = _word(item).partition("=")
+        key, sep, val = scalar_word(item).partition("=")
         if sep:
             env[key] = val
     return env
@@ -43,7 +37,7 @@ def _words(value: Any) -> list[str]:
             return shlex.split(value)
         except ValueError:
             return value.split()
-    return [_word(w) for w in sequence(value)]
+    return [scalar_word(w) for w in sequence(value)]
 
 
 def is_compose(data: Any) -> bool:
@@ -60,7 +54,7 @@ def compose_requests(doc: Document, data: Any) -> list[DeploymentRequest]:
     for name, service in services.items():
         service = mapping(service)
         env = _env(service.get("environment"))
-        image = expand_shell(_word(service.get("image", "")), {})
+        image = expand_shell(scalar_word(service.get("image", "")), {})
         command = [expand_shell(w, {}) for w in _words(service.get("command"))]
         entrypoint = [expand_shell(w, {}) for w in _words(service.get("entrypoint"))]
         inv = find_invocation(entrypoint, command, image, env)
@@ -84,20 +78,20 @@ def compose_requests(doc: Document, data: Any) -> list[DeploymentRequest]:
 def _gpus(service: Any) -> tuple[int | None, list[Unresolved]]:
     for device in sequence(dig(service, "deploy", "resources", "reservations", "devices")):
         device = mapping(device)
-        capabilities = [_word(c) for c in sequence(device.get("capabilities"))]
-        if "gpu" not in capabilities and _word(device.get("driver", "")) != "nvidia":
+        capabilities = [scalar_word(c) for c in sequence(device.get("capabilities"))]
+        if "gpu" not in capabilities and scalar_word(device.get("driver", "")) != "nvidia":
             continue
         if "device_ids" in device:
             return len(sequence(device.get("device_ids"))), []
         count = device.get("count")
         if isinstance(count, int):
             return count, []
-        if _word(count).isdigit():
-            return int(_word(count)), []
+        if scalar_word(count).isdigit():
+            return int(scalar_word(count)), []
         return None, [Unresolved("num_gpus", f"GPU count is {count!r} (all GPUs of the host: unknown here)",
                                  "set count: N in deploy.resources.reservations.devices")]
     if service.get("gpus") is not None:
-        gpus = _word(service.get("gpus"))
+        gpus = scalar_word(service.get("gpus"))
         if gpus.isdigit():
             return int(gpus), []
         return None, [Unresolved("num_gpus", f"gpus: {gpus} (all GPUs of the host: unknown here)", "set a count")]

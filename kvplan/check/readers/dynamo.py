@@ -25,6 +25,7 @@ from kvplan.check.readers.k8s import (
     line_of,
     literal_env,
     mapping,
+    scalar_word,
     sequence,
 )
 from kvplan.check.templates import find_template
@@ -36,14 +37,8 @@ def is_dynamo_graph(data: Any) -> bool:
     return data.get("kind") == "DynamoGraphDeployment" and "apiVersion" in data
 
 
-def _word(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def graph_requests(doc: Document, obj: Any) -> list[DeploymentRequest]:
-    graph = _word(dig(obj, "metadata", "name") or "graph")
+    graph = scalar_word(dig(obj, "metadata", "name") or "graph")
     services = mapping(dig(obj, "spec", "services"))
     requests = []
     for service_name, service in services.items():
@@ -57,14 +52,14 @@ def _service(doc: Document, obj: Any, graph: str, name: str, service: Any, servi
     main = mapping(dig(service, "extraPodSpec", "mainContainer"))
     command, args = main.get("command"), main.get("args")
     env = literal_env(service.get("envs")) | literal_env(main.get("env"))
-    inv = find_invocation([_word(w) for w in sequence(command)], [_word(w) for w in sequence(args)],
-                          _word(main.get("image", "")), env, command_lines=item_lines(command),
+    inv = find_invocation([scalar_word(w) for w in sequence(command)], [scalar_word(w) for w in sequence(args)],
+                          scalar_word(main.get("image", "")), env, command_lines=item_lines(command),
                           args_lines=item_lines(args))
     line = getattr(services, "line_of", lambda key: doc.line)(name)
     site = Site(Location(doc.file, line_of(main, line)), f"{graph}/{name}", "dynamo", doc.templates,
                 gpu_fix=_GPU_FIX)
     if inv is None:
-        words = " ".join(_word(w) for w in sequence(command) + sequence(args))
+        words = " ".join(scalar_word(w) for w in sequence(command) + sequence(args))
         if "dynamo.trtllm" in words:
             return unsupported(site, "trtllm", None, "the worker runs TensorRT-LLM (dynamo.trtllm)",
                                "kvplan check evaluates the vLLM and SGLang workers")
@@ -78,11 +73,11 @@ def _service(doc: Document, obj: Any, graph: str, name: str, service: Any, servi
             raw = block["gpu"]
             lines["num_gpus"] = key_line(block, "gpu") or line
             template = find_template(raw, doc.templates)
-            if template or not _word(raw).strip().isdigit():
-                unresolved.append(Unresolved("num_gpus", f"resources.{section}.gpu is {_word(raw)!r}",
+            if template or not scalar_word(raw).strip().isdigit():
+                unresolved.append(Unresolved("num_gpus", f"resources.{section}.gpu is {scalar_word(raw)!r}",
                                              "set resources.limits.gpu to a number", lines["num_gpus"]))
             else:
-                per_pod = int(_word(raw))
+                per_pod = int(scalar_word(raw))
             break
     else:
         unresolved.append(Unresolved("num_gpus", "the service sets no resources.limits.gpu",
@@ -102,7 +97,9 @@ def _service(doc: Document, obj: Any, graph: str, name: str, service: Any, servi
                         tuple(unresolved + gpu_unresolved), tuple(notes), missing, gpus_per_pod=per_pod,
                         pods_per_instance=pods, replicas=replicas if isinstance(replicas, int) and replicas > 0 else 1,
                         lines=tuple(lines.items()))
-    override = next((_word(mapping(a)[MODEL_ANNOTATION]) for a in annotations if MODEL_ANNOTATION in mapping(a)), None)
+    override = next(
+        (scalar_word(mapping(a)[MODEL_ANNOTATION]) for a in annotations if MODEL_ANNOTATION in mapping(a)), None
+    )
     return build_request(site, engine_args(inv, env, env_lines(service.get("envs"))), hardware,
                          positional_model=inv.positional_model, model_override=override,
                          engine_version=None, env=env)  # the image tag is Dynamo's version, not the engine's

@@ -17,7 +17,7 @@ from kvplan.check.flags import parse_args
 from kvplan.check.invocation import image_version
 from kvplan.check.loader import Document
 from kvplan.check.model import DeploymentRequest, Location
-from kvplan.check.readers.k8s import dig, gpu_count, gpu_type, key_line, mapping
+from kvplan.check.readers.k8s import dig, gpu_count, gpu_type, key_line, mapping, scalar_word
 
 _VLLM_FRAMEWORKS = {"vllm", "aibrix", "lws-vllm", "ray-vllm", "triton-vllm"}
 _CAMEL_RE = re.compile(r"(?<=[a-z0-9])([A-Z])")
@@ -36,29 +36,23 @@ def kebab(key: str) -> str:
     return _CAMEL_RE.sub(r"-\1", key).lower()
 
 
-def _word(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def eks_values_requests(doc: Document, values: Any) -> list[DeploymentRequest]:
     inference = mapping(values.get("inference"))
-    framework = _word(inference.get("framework") or "vllm")
-    accelerator = _word(inference.get("accelerator") or "gpu")
+    framework = scalar_word(inference.get("framework") or "vllm")
+    accelerator = scalar_word(inference.get("accelerator") or "gpu")
     server = mapping(inference.get("modelServer"))
     deployment = mapping(server.get("deployment"))
-    name = _word(inference.get("serviceName") or "inference")
+    name = scalar_word(inference.get("serviceName") or "inference")
     model = values.get("modelPath") or values.get("model")
     line = key_line(values, "modelParameters") or key_line(values, "model") or doc.line
     site = Site(Location(doc.file, line), name, "eks-inference-charts", doc.templates, gpu_fix=_GPU_FIX,
                 model_fix="set model: ORG/NAME")
     if framework not in _VLLM_FRAMEWORKS:
-        return [unsupported(site, framework, _word(model) if model else None,
+        return [unsupported(site, framework, scalar_word(model) if model else None,
                             f"framework {framework} is not a vLLM deployment kvplan models",
                             "kvplan check evaluates the chart's vLLM frameworks")]
     if accelerator != "gpu":
-        return [unsupported(site, f"vllm-{accelerator}", _word(model) if model else None,
+        return [unsupported(site, f"vllm-{accelerator}", scalar_word(model) if model else None,
                             f"accelerator {accelerator} is not a GPU", "kvplan check evaluates GPU deployments")]
     params = mapping(values.get("modelParameters"))
     argv: list[str] = []
@@ -70,7 +64,7 @@ def eks_values_requests(doc: Document, values: Any) -> list[DeploymentRequest]:
                 argv.append(flag)
                 argv_lines.append(key_line(params, key))
         elif value is not None:
-            argv += [flag, _word(value)]
+            argv += [flag, scalar_word(value)]
             argv_lines += [key_line(params, key)] * 2
     lines: dict[str, int] = {}
     resources = mapping(dig(deployment, "resources", "gpu"))
@@ -107,7 +101,7 @@ def eks_values_requests(doc: Document, values: Any) -> list[DeploymentRequest]:
     image = mapping(server.get("image"))
     version = image_version(f"{image.get('repository', '')}:{image.get('tag', '')}")
     parsed = parse_args("vllm", argv, lines=argv_lines)
-    return [build_request(site, parsed, hardware, model_hint=(_word(model), "model") if model else None,
+    return [build_request(site, parsed, hardware, model_hint=(scalar_word(model), "model") if model else None,
                           notes=tuple(notes), engine_version=version,
-                          env={str(k): _word(v) for k, v in mapping(server.get("env")).items()},
+                          env={str(k): scalar_word(v) for k, v in mapping(server.get("env")).items()},
                           model_line=key_line(values, "model"))]

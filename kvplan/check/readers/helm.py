@@ -24,6 +24,7 @@ from kvplan.check.readers.k8s import (
     gpu_count,
     gpu_type,
     mapping,
+    scalar_word,
     sequence,
 )
 from kvplan.check.templates import find_template
@@ -38,12 +39,6 @@ _RENDERED = {
 }
 _CHART_ONLY = {"extraArgs", "v0", "prometheusMultiprocDir", "enableChunkedPrefill", "enablePrefixCaching"}
 _GPU_FIX = "pass --gpu, or add podAnnotations: {kvplan.io/gpu: H100-80GB} to the modelSpec entry"
-
-
-def _word(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def production_stack_requests(doc: Document, values: Any) -> list[DeploymentRequest]:
@@ -75,17 +70,17 @@ def production_stack_requests(doc: Document, values: Any) -> list[DeploymentRequ
             )
             for key, flag in _RENDERED.items():
                 if key in config:
-                    argv += [f"--{flag}", _word(config[key])]
-            argv += [_word(a) for a in sequence(config.get("extraArgs"))]
+                    argv += [f"--{flag}", scalar_word(config[key])]
+            argv += [scalar_word(a) for a in sequence(config.get("extraArgs"))]
             ignored = sorted(k for k in config if k not in _RENDERED and k not in _CHART_ONLY)
             if ignored:
                 notes.append(
                     f"vllmConfig keys the chart does not render: {', '.join(ignored)} (use vllmConfig.extraArgs)"
                 )
-            if _word(config.get("v0", "")) == "1":
+            if scalar_word(config.get("v0", "")) == "1":
                 notes.append("vllmConfig.v0 = 1: the V0 engine (VLLM_USE_V1=0)")
         if spec.get("extraArgs"):
-            argv += [_word(a) for a in sequence(spec.get("extraArgs"))]
+            argv += [scalar_word(a) for a in sequence(spec.get("extraArgs"))]
             notes.append("modelSpec.extraArgs read as engine flags (current charts render only vllmConfig.extraArgs)")
         if spec.get("enableLoRA"):
             argv.append("--enable-lora")
@@ -106,7 +101,7 @@ def production_stack_requests(doc: Document, values: Any) -> list[DeploymentRequ
             unresolved.append(Unresolved("num_gpus", "the modelSpec entry sets no requestGPU", "set requestGPU: N"))
 
         annotations = [mapping(spec.get("podAnnotations")), mapping(spec.get("annotations"))]
-        gpu = next((_word(a[GPU_ANNOTATION]) for a in annotations if GPU_ANNOTATION in a), None)
+        gpu = next((scalar_word(a[GPU_ANNOTATION]) for a in annotations if GPU_ANNOTATION in a), None)
         source = f"podAnnotations {GPU_ANNOTATION}" if gpu else ""
         if gpu is None:
             found, problem = affinity_gpu(spec.get("nodeSelectorTerms"))
@@ -118,8 +113,8 @@ def production_stack_requests(doc: Document, values: Any) -> list[DeploymentRequ
             if found:
                 gpu, source = found
             elif label:
-                gpu, source = _word(selector[label]), f"nodeSelector {label}"
-        model_override = next((_word(a[MODEL_ANNOTATION]) for a in annotations if MODEL_ANNOTATION in a), None)
+                gpu, source = scalar_word(selector[label]), f"nodeSelector {label}"
+        model_override = next((scalar_word(a[MODEL_ANNOTATION]) for a in annotations if MODEL_ANNOTATION in a), None)
         replicas = spec.get("replicaCount")
         replicas = replicas if isinstance(replicas, int) and replicas > 0 else 1
         model_url = spec.get("modelURL")
@@ -137,7 +132,7 @@ def production_stack_requests(doc: Document, values: Any) -> list[DeploymentRequ
                 site,
                 parsed,
                 hardware,
-                model_hint=(_word(model_url), "modelURL") if model_url else None,
+                model_hint=(scalar_word(model_url), "modelURL") if model_url else None,
                 model_override=model_override,
                 notes=tuple(notes),
             )
@@ -161,7 +156,7 @@ def chart_values_requests(doc: Document, values: Any) -> list[DeploymentRequest]
         ("maxNumSeqs", "max-num-seqs"),
     ):
         if key in values:
-            argv += [f"--{flag}", _word(values[key])]
+            argv += [f"--{flag}", scalar_word(values[key])]
     parsed = parse_args("vllm", argv)
     site = Site(
         Location(doc.file, doc.line),
@@ -182,6 +177,7 @@ def chart_values_requests(doc: Document, values: Any) -> list[DeploymentRequest]
     hardware = Hardware(gpu, source, count, tuple(count_unresolved + gpu_unresolved), tuple(gpu_notes), missing)
     return [
         build_request(
-            site, parsed, hardware, model_hint=(_word(model_id), "model.id") if model_id else None, unresolved=(hidden,)
+            site, parsed, hardware, model_hint=(scalar_word(model_id), "model.id") if model_id else None,
+            unresolved=(hidden,),
         )
     ]

@@ -55,6 +55,13 @@ def dig(value: Any, *keys: str) -> Any:
     return value
 
 
+def scalar_word(value: Any) -> str:
+    """A YAML scalar as the word a command line would carry: True -> "true", 8192 -> "8192"."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def line_of(container: Any, fallback: int) -> int:
     return getattr(container, "line", 0) or fallback
 

@@ -27,35 +27,31 @@ from kvplan.check.readers.k8s import (
     literal_env,
     mapping,
     pod_requests,
+    scalar_word,
     sequence,
 )
 
 _NOT_VLLM_BACKENDS = {"huggingface"}
 
 
-def _word(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def inference_service_requests(doc: Document, obj: Any) -> list[DeploymentRequest]:
-    name = _word(dig(obj, "metadata", "name") or "isvc")
+    name = scalar_word(dig(obj, "metadata", "name") or "isvc")
     predictor = mapping(dig(obj, "spec", "predictor"))
     annotations = [predictor.get("annotations"), dig(obj, "metadata", "annotations")]
     model = mapping(predictor.get("model"))
     if not model:
         return pod_requests(doc, predictor, workload=name, annotation_maps=annotations, source_format="kserve")
-    model_format = _word(dig(model, "modelFormat", "name") or "").lower()
+    model_format = scalar_word(dig(model, "modelFormat", "name") or "").lower()
     if model_format != "huggingface" and not (model.get("command") or model.get("args")):
         return []
     site = Site(Location(doc.file, line_of(model, doc.line)), name, "kserve", doc.templates)
     env = literal_env(model.get("env"))
-    parsed = parse_args("vllm", [_word(a) for a in sequence(model.get("args"))], lines=item_lines(model.get("args")),
-                        extra_value=KSERVE_HF_VALUE, extra_boolean=KSERVE_HF_BOOLEAN)
+    parsed = parse_args("vllm", [scalar_word(a) for a in sequence(model.get("args"))],
+                        lines=item_lines(model.get("args")), extra_value=KSERVE_HF_VALUE,
+                        extra_boolean=KSERVE_HF_BOOLEAN)
     storage = model.get("storageUri")
     model_id = parsed.get("model-id")
-    hint = (model_id, "--model_id") if model_id else ((_word(storage), "storageUri") if storage else None)
+    hint = (model_id, "--model_id") if model_id else ((scalar_word(storage), "storageUri") if storage else None)
     backend = (parsed.get("backend") or "auto").lower()
     if backend in _NOT_VLLM_BACKENDS:
         repo = normalize_model(hint[0])[0] if hint else None
@@ -64,7 +60,9 @@ def inference_service_requests(doc: Document, obj: Any) -> list[DeploymentReques
     lines: dict[str, int] = {}
     count, count_unresolved = gpu_count(model.get("resources"), doc.templates, site.render_fix, lines)
     gpu, source, gpu_unresolved, gpu_notes, missing = gpu_type(predictor, annotations, lines=lines)
-    override = next((_word(mapping(a)[MODEL_ANNOTATION]) for a in annotations if MODEL_ANNOTATION in mapping(a)), None)
+    override = next(
+        (scalar_word(mapping(a)[MODEL_ANNOTATION]) for a in annotations if MODEL_ANNOTATION in mapping(a)), None
+    )
     notes = [f"env: {', '.join(sorted(env))}"] if env else []
     replicas = predictor.get("minReplicas")
     if isinstance(predictor.get("maxReplicas"), int) and predictor["maxReplicas"] > (replicas or 1):
@@ -77,7 +75,7 @@ def inference_service_requests(doc: Document, obj: Any) -> list[DeploymentReques
 
 
 def llm_inference_service_requests(doc: Document, obj: Any) -> list[DeploymentRequest]:
-    name = _word(dig(obj, "metadata", "name") or "llmisvc")
+    name = scalar_word(dig(obj, "metadata", "name") or "llmisvc")
     spec = mapping(obj.get("spec"))
     template = mapping(spec.get("template"))
     containers = sequence(template.get("containers"))
@@ -94,14 +92,14 @@ def llm_inference_service_requests(doc: Document, obj: Any) -> list[DeploymentRe
     for key, flag in (("tensor", "tensor-parallel-size"), ("pipeline", "pipeline-parallel-size"),
                       ("data", "data-parallel-size"), ("dataLocal", "data-parallel-size-local")):
         if key in parallel:
-            argv += [f"--{flag}", _word(parallel[key])]
+            argv += [f"--{flag}", scalar_word(parallel[key])]
             argv_lines += [key_line(parallel, key)] * 2
-    if bool_word(_word(parallel.get("expert", False))) == "true":
+    if bool_word(scalar_word(parallel.get("expert", False))) == "true":
         argv.append("--enable-expert-parallel")
         argv_lines.append(key_line(parallel, "expert"))
     env = literal_env(main.get("env"))
     args = sequence(main.get("args"))
-    argv += [_word(a) for a in args]
+    argv += [scalar_word(a) for a in args]
     argv_lines += item_lines(args)
     notes: list[str] = []
     if "VLLM_ADDITIONAL_ARGS" in env:
@@ -115,13 +113,13 @@ def llm_inference_service_requests(doc: Document, obj: Any) -> list[DeploymentRe
     parsed = parse_args("vllm", argv, lines=argv_lines)
     uri, served = dig(spec, "model", "uri"), dig(spec, "model", "name")
     hint = None
-    if uri and normalize_model(_word(uri))[0]:
-        hint = (_word(uri), "spec.model.uri")
-    elif served and normalize_model(_word(served))[0] and "/" in _word(served):
-        hint = (_word(served), "spec.model.name")
+    if uri and normalize_model(scalar_word(uri))[0]:
+        hint = (scalar_word(uri), "spec.model.uri")
+    elif served and normalize_model(scalar_word(served))[0] and "/" in scalar_word(served):
+        hint = (scalar_word(served), "spec.model.name")
         notes.append(f"model taken from spec.model.name (the weights come from {uri})")
     elif uri:
-        hint = (_word(uri), "spec.model.uri")
+        hint = (scalar_word(uri), "spec.model.uri")
     lines: dict[str, int] = {}
     count, count_unresolved = gpu_count(main.get("resources"), doc.templates, site.render_fix, lines)
     gpu, source, gpu_unresolved, gpu_notes, missing = gpu_type(template, annotations, lines=lines)
@@ -133,7 +131,7 @@ def llm_inference_service_requests(doc: Document, obj: Any) -> list[DeploymentRe
     replicas = spec.get("replicas")
     replicas = replicas if isinstance(replicas, int) and replicas > 0 else 1
     first = mapping(annotations[0])
-    override = _word(first.get(MODEL_ANNOTATION)) if MODEL_ANNOTATION in first else None
+    override = scalar_word(first.get(MODEL_ANNOTATION)) if MODEL_ANNOTATION in first else None
     hardware = Hardware(gpu, source, None if count is None else count * (pods or 1),
                         tuple(count_unresolved + gpu_unresolved), tuple(gpu_notes), missing, gpus_per_pod=count,
                         pods_per_instance=pods, replicas=replicas, lines=tuple(lines.items()))

@@ -12,17 +12,11 @@ from kvplan.check.build import Hardware, Site, build_request, unsupported
 from kvplan.check.flags import parse_args
 from kvplan.check.loader import Document
 from kvplan.check.model import DeploymentRequest, Location, Unresolved
-from kvplan.check.readers.k8s import dig, mapping, sequence
+from kvplan.check.readers.k8s import dig, mapping, scalar_word, sequence
 
 _ENGINES = {"vllm": "vllm"}
 _NOT_GPU = ("cpu", "google-tpu")
 _GPU_FIX = "use a GPU resourceProfile such as nvidia-gpu-h100:1, or pass --gpu"
-
-
-def _word(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def model_request(doc: Document, name: str, spec: Any, line: int, source_format: str) -> DeploymentRequest:
@@ -30,17 +24,17 @@ def model_request(doc: Document, name: str, spec: Any, line: int, source_format:
     spec = mapping(spec)
     site = Site(Location(doc.file, line), name, source_format, doc.templates, gpu_fix=_GPU_FIX,
                 model_fix="set url: hf://ORG/NAME")
-    engine_raw = _word(spec.get("engine", ""))
+    engine_raw = scalar_word(spec.get("engine", ""))
     url = spec.get("url")
     engine = _ENGINES.get(engine_raw.lower())
     if engine is None:
-        return unsupported(site, engine_raw or "unknown", _word(url) if url else None,
+        return unsupported(site, engine_raw or "unknown", scalar_word(url) if url else None,
                            f"KubeAI engine {engine_raw or '(none)'} is not one kvplan models",
                            "kvplan check evaluates vLLM, SGLang and TGI deployments")
     notes: list[str] = []
     if spec.get("enabled") is False:
         notes.append("enabled: false in this values file")
-    profile = _word(spec.get("resourceProfile", ""))
+    profile = scalar_word(spec.get("resourceProfile", ""))
     unresolved: list[Unresolved] = []
     gpu: str | None = None
     count: int | None = None
@@ -58,16 +52,17 @@ def model_request(doc: Document, name: str, spec: Any, line: int, source_format:
             unresolved.append(Unresolved("gpu", f"resourceProfile {profile} is not a GPU", _GPU_FIX))
         else:
             gpu = kind
-    env = {str(k): _word(v) for k, v in mapping(spec.get("env")).items()}
-    parsed = parse_args("vllm", [_word(a) for a in sequence(spec.get("args"))])
+    env = {str(k): scalar_word(v) for k, v in mapping(spec.get("env")).items()}
+    parsed = parse_args("vllm", [scalar_word(a) for a in sequence(spec.get("args"))])
     if env:
         notes.append(f"env: {', '.join(sorted(env))}")
     hardware = Hardware(gpu, "KubeAI resourceProfile" if gpu else "", count, tuple(unresolved), missing_gpu=missing)
-    return build_request(site, parsed, hardware, model_hint=(_word(url), "url") if url else None, notes=tuple(notes))
+    return build_request(site, parsed, hardware, model_hint=(scalar_word(url), "url") if url else None,
+                         notes=tuple(notes))
 
 
 def model_cr_requests(doc: Document, obj: Any) -> list[DeploymentRequest]:
-    name = _word(dig(obj, "metadata", "name") or "model")
+    name = scalar_word(dig(obj, "metadata", "name") or "model")
     return [model_request(doc, name, obj.get("spec"), doc.line, "kubeai")]
 
 

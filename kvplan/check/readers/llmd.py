@@ -29,6 +29,7 @@ from kvplan.check.readers.k8s import (
     line_of,
     literal_env,
     mapping,
+    scalar_word,
     sequence,
 )
 
@@ -43,12 +44,6 @@ def is_modelservice_values(data: Any) -> bool:
             and any(isinstance(data.get(role), dict) for role in ROLES))
 
 
-def _word(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
@@ -60,7 +55,7 @@ def resolve_values(text: str, doc: Document, values: Any) -> str:
         node: Any = values
         for key in match.group(1).split("."):
             node = mapping(node).get(key)
-        return _word(node) if node is not None and not isinstance(node, (dict, list)) else match.group(0)
+        return scalar_word(node) if node is not None and not isinstance(node, (dict, list)) else match.group(0)
 
     original = text
     for index, template in enumerate(doc.templates):
@@ -82,9 +77,9 @@ def model_of_uri(uri: str) -> tuple[str | None, str]:
 
 def modelservice_requests(doc: Document, values: Any) -> list[DeploymentRequest]:
     artifacts = mapping(values.get("modelArtifacts"))
-    uri = resolve_values(_word(artifacts.get("uri", "")), doc, values)
+    uri = resolve_values(scalar_word(artifacts.get("uri", "")), doc, values)
     model, how = model_of_uri(uri)
-    served = _word(artifacts.get("name", ""))
+    served = scalar_word(artifacts.get("name", ""))
     notes: list[str] = []
     if model is None and "/" in served:
         notes.append(f"model taken from modelArtifacts.name {served} (the weights come from {uri})")
@@ -102,11 +97,11 @@ def modelservice_requests(doc: Document, values: Any) -> list[DeploymentRequest]
 def _container(doc: Document, values: Any, role: str, spec: Any, container: Any, model: str | None, uri: str,
                notes: list[str]) -> DeploymentRequest:
     line = line_of(container, doc.line)
-    name = f"{role}/{_word(container.get('name', 'vllm'))}"
+    name = f"{role}/{scalar_word(container.get('name', 'vllm'))}"
     site = Site(Location(doc.file, line), name, "llm-d", doc.templates, gpu_fix=_GPU_FIX,
                 model_fix="set modelArtifacts.uri to hf://ORG/NAME")
-    image = _word(container.get("image", ""))
-    command = _word(container.get("modelCommand", "custom"))
+    image = scalar_word(container.get("image", ""))
+    command = scalar_word(container.get("modelCommand", "custom"))
     if _SIMULATOR in image:
         return not_served(site, f"{image} simulates vLLM without a model or GPU",
                           "point the container at a vLLM image (llm-d or vllm/vllm-openai)")
@@ -129,14 +124,14 @@ def _container(doc: Document, values: Any, role: str, spec: Any, container: Any,
                 argv += [flag, str(value)]
                 argv_lines += [key_line(parallel, key) or key_line(spec, "parallelism")] * 2
         args = sequence(container.get("args"))
-        argv += [_word(a) for a in args]
+        argv += [scalar_word(a) for a in args]
         argv_lines += item_lines(args)
         parsed = parse_args("vllm", argv, lines=argv_lines)
         positional = command == "vllmServe"
         version = image_version(image)
     else:
-        inv = find_invocation([_word(w) for w in sequence(container.get("command"))],
-                              [_word(w) for w in sequence(container.get("args"))], image, env,
+        inv = find_invocation([scalar_word(w) for w in sequence(container.get("command"))],
+                              [scalar_word(w) for w in sequence(container.get("args"))], image, env,
                               command_lines=item_lines(container.get("command")),
                               args_lines=item_lines(container.get("args")))
         if inv is None:

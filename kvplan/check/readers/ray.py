@@ -19,7 +19,7 @@ from kvplan.check.build import Hardware, Site, build_request
 from kvplan.check.flags import parse_args
 from kvplan.check.loader import Document, load_documents
 from kvplan.check.model import DeploymentRequest, Location, Unresolved
-from kvplan.check.readers.k8s import dig, gpu_count, gpu_type, key_line, line_of, mapping, sequence
+from kvplan.check.readers.k8s import dig, gpu_count, gpu_type, key_line, line_of, mapping, scalar_word, sequence
 from kvplan.errors import DeploymentError
 
 _GPU_FIX = "set accelerator_type in the LLM config (e.g. L40S), or pass --gpu"
@@ -39,12 +39,6 @@ def is_ray_service(data: Any) -> bool:
     return data.get("kind") == "RayService" and "apiVersion" in data
 
 
-def _word(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def _configs(data: Any) -> list[tuple[Any, str]]:
     """(LLM config, application name) for every config of a Serve config file or a single LLMConfig."""
     if "model_loading_config" in data:
@@ -52,7 +46,8 @@ def _configs(data: Any) -> list[tuple[Any, str]]:
     found: list[tuple[Any, str]] = [(c, "llm") for c in sequence(data.get("llm_configs"))]
     for app in sequence(data.get("applications")):
         app = mapping(app)
-        found += [(c, _word(app.get("name", "app"))) for c in sequence(mapping(app.get("args")).get("llm_configs"))]
+        configs = sequence(mapping(app.get("args")).get("llm_configs"))
+        found += [(c, scalar_word(app.get("name", "app"))) for c in configs]
     return found
 
 
@@ -72,7 +67,7 @@ def _llm_config(doc: Document, config: Any, app: str, workers: Hardware | None) 
                                                     f"check {config} itself", line),))
     config = mapping(config)
     loading = mapping(config.get("model_loading_config"))
-    model_id = _word(loading.get("model_id", "model"))
+    model_id = scalar_word(loading.get("model_id", "model"))
     site = Site(Location(doc.file, line), f"{app}/{model_id}", "ray-serve", doc.templates, gpu_fix=_GPU_FIX,
                 model_fix="set model_loading_config.model_source to the Hugging Face repo id")
     kwargs = mapping(config.get("engine_kwargs"))
@@ -81,7 +76,7 @@ def _llm_config(doc: Document, config: Any, app: str, workers: Hardware | None) 
     for key, value in kwargs.items():
         flag = f"--{str(key).replace('_', '-')}"
         words = ([flag] if value else [f"--no-{flag[2:]}"]) if isinstance(value, bool) else (
-            [flag, json.dumps(value) if isinstance(value, (dict, list)) else _word(value)])
+            [flag, json.dumps(value) if isinstance(value, (dict, list)) else scalar_word(value)])
         argv += words
         argv_lines += [key_line(kwargs, key)] * len(words)
     parsed = parse_args("vllm", argv, lines=argv_lines)
@@ -91,7 +86,7 @@ def _llm_config(doc: Document, config: Any, app: str, workers: Hardware | None) 
     notes: list[str] = []
     gpu, gpu_source = None, ""
     if accelerator is not None:
-        gpu, gpu_source = _word(accelerator), "accelerator_type"
+        gpu, gpu_source = scalar_word(accelerator), "accelerator_type"
         lines["gpu"] = key_line(config, "accelerator_type") or line
         if gpu in _AMBIGUOUS:
             notes.append(f"accelerator_type {gpu} is 40GB or 80GB; read as {_AMBIGUOUS[gpu]}, the smaller")
@@ -118,15 +113,16 @@ def _llm_config(doc: Document, config: Any, app: str, workers: Hardware | None) 
                         if workers is not None and workers.gpus_per_pod else ranks,
                         pods_per_instance=pods, replicas=replicas if isinstance(replicas, int) else 1,
                         lines=tuple(lines.items()))
-    env = {str(k): _word(v) for k, v in mapping(dig(config, "runtime_env", "env_vars")).items()}
-    return build_request(site, parsed, hardware, model_hint=(_word(source), "model_loading_config") if source else None,
+    env = {str(k): scalar_word(v) for k, v in mapping(dig(config, "runtime_env", "env_vars")).items()}
+    hint = (scalar_word(source), "model_loading_config") if source else None
+    return build_request(site, parsed, hardware, model_hint=hint,
                          env=env, model_line=key_line(loading, "model_source") or key_line(loading, "model_id"))
 
 
 def ray_service_requests(doc: Document, obj: Any) -> list[DeploymentRequest]:
     spec = mapping(obj.get("spec"))
     text = spec.get("serveConfigV2")
-    name = _word(dig(obj, "metadata", "name") or "rayservice")
+    name = scalar_word(dig(obj, "metadata", "name") or "rayservice")
     if not isinstance(text, str):
         return []
     workers = _worker_hardware(doc, spec)

@@ -15,7 +15,7 @@ from kvplan.check.build import Hardware, Site, build_request
 from kvplan.check.invocation import find_invocation
 from kvplan.check.loader import Document
 from kvplan.check.model import DeploymentRequest, Location, Unresolved
-from kvplan.check.readers.k8s import engine_args, key_line, mapping, sequence
+from kvplan.check.readers.k8s import engine_args, key_line, mapping, scalar_word, sequence
 
 _GPU_FIX = "name one accelerator in resources.accelerators (e.g. H100:8), or pass --gpu"
 
@@ -38,12 +38,6 @@ def is_skypilot_task(data: Any) -> bool:
     return isinstance(data.get("run"), str) and (has_accelerators or "num_nodes" in data or "envs" in data)
 
 
-def _word(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def choices(resources: Any) -> list[Choice]:
     """Every accelerator choice of a task's resources, in the order written."""
     found: list[Choice] = []
@@ -57,9 +51,9 @@ def choices(resources: Any) -> list[Choice]:
         for name, count in value.items():
             found.append(Choice(str(name), _count(count), key_line(value, name) or line))
     elif isinstance(value, list):
-        found += [_parse(_word(v), line) for v in value]
+        found += [_parse(scalar_word(v), line) for v in value]
     elif value is not None:
-        found.append(_parse(_word(value), line))
+        found.append(_parse(scalar_word(value), line))
     return found
 
 
@@ -70,7 +64,7 @@ def _parse(text: str, line: int | None) -> Choice:
 
 def _count(value: Any) -> float:
     try:
-        return float(_word(value))
+        return float(scalar_word(value))
     except ValueError:
         return 0.0
 
@@ -80,7 +74,7 @@ def skypilot_requests(doc: Document, task: Any) -> list[DeploymentRequest]:
     nodes = task.get("num_nodes") if isinstance(task.get("num_nodes"), int) else 1
     service = mapping(task.get("service"))
     replicas = service.get("replicas") or mapping(service.get("replica_policy")).get("min_replicas") or 1
-    task_name = _word(task.get("name") or doc.file.rsplit("/", 1)[-1].split(".")[0])
+    task_name = scalar_word(task.get("name") or doc.file.rsplit("/", 1)[-1].split(".")[0])
     options = choices(resources) or [Choice("", 0.0, None)]
     requests = []
     for choice in options:
@@ -92,11 +86,11 @@ def skypilot_requests(doc: Document, task: Any) -> list[DeploymentRequest]:
 def _one(doc: Document, task: Any, task_name: str, choice: Choice, nodes: int, replicas: int,
          several: bool) -> list[DeploymentRequest]:
     count = int(choice.count) if choice.count == int(choice.count) else None
-    env = {str(k): _word(v) for k, v in mapping(task.get("envs")).items() if v is not None}
+    env = {str(k): scalar_word(v) for k, v in mapping(task.get("envs")).items() if v is not None}
     env |= {"SKYPILOT_NUM_NODES": str(nodes), "SKYPILOT_NODE_RANK": "0"}
     if count:
         env["SKYPILOT_NUM_GPUS_PER_NODE"] = str(count)
-    run = _word(task.get("run"))
+    run = scalar_word(task.get("run"))
     inv = find_invocation(["bash", "-c", run], [], None, env, command_lines=[None, None, key_line(task, "run")])
     if inv is None:
         return []

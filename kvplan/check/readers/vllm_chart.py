@@ -23,6 +23,7 @@ from kvplan.check.readers.k8s import (
     key_line,
     literal_env,
     mapping,
+    scalar_word,
     sequence,
 )
 
@@ -37,27 +38,21 @@ def is_vllm_chart_values(data: Any) -> bool:
             and ("gpuModels" in data or "resources" in data))
 
 
-def _word(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def vllm_chart_requests(doc: Document, values: Any) -> list[DeploymentRequest]:
     image = mapping(values.get("image"))
     command = image.get("command")
     env_list = image.get("env")
     env = literal_env(env_list)
     repo = f"{image.get('repository', '')}:{image.get('tag', '')}"
-    inv = find_invocation([_word(w) for w in sequence(command)], [], repo, env, command_lines=item_lines(command))
+    inv = find_invocation([scalar_word(w) for w in sequence(command)], [], repo, env, command_lines=item_lines(command))
     if inv is None:
         return []
-    site = Site(Location(doc.file, key_line(image, "command") or doc.line), _word(values.get("serviceName") or "vllm"),
-                "vllm-chart", doc.templates, gpu_fix=_GPU_FIX,
-                model_fix="serve a Hugging Face repo id, or name it in --served-model-name ORG/NAME")
+    name = scalar_word(values.get("serviceName") or "vllm")
+    site = Site(Location(doc.file, key_line(image, "command") or doc.line), name, "vllm-chart", doc.templates,
+                gpu_fix=_GPU_FIX, model_fix="serve a Hugging Face repo id, or name it in --served-model-name ORG/NAME")
     lines: dict[str, int] = {}
     count, unresolved = gpu_count(values.get("resources"), doc.templates, site.render_fix, lines)
-    models = [_word(m) for m in sequence(values.get("gpuModels"))]
+    models = [scalar_word(m) for m in sequence(values.get("gpuModels"))]
     gpu, source = None, ""
     missing = "no gpuModels in the values"
     if models == [_PLACEHOLDER]:
