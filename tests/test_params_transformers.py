@@ -96,6 +96,10 @@ def test_param_count_equals_transformers_meta_build(entry: library.LibraryEntry)
         ("granitemoehybrid", {"num_hidden_layers": 4, "layer_types": ["mamba", "attention", "mamba", "mamba"]}),
         ("gemma3n_text", {}),
         ("qwen3_next", {"num_hidden_layers": 8}),
+        # GPT-BigCode shares GPT-2's counter: the fused c_attn is hidden + 2 x head_dim wide under multi_query
+        # (one K and V head), 3 x hidden without it.
+        ("gpt_bigcode", {"n_layer": 2, "multi_query": True}),
+        ("gpt_bigcode", {"n_layer": 2, "multi_query": False}),
     ],
 )
 def test_param_count_equals_transformers_at_class_defaults(model_type: str, kwargs: dict) -> None:

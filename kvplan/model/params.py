@@ -396,25 +396,12 @@ def _gemma3n(c: _Counter, g: Geometry, cfg: ConfigReader) -> None:
 
 
 def _gpt2(c: _Counter, g: Geometry, cfg: ConfigReader) -> None:
-    """GPT-2: learned positions, fused qkv Conv1D with biases, 4x MLP with biases, LayerNorms with bias."""
+    """GPT-2 and GPT-BigCode: learned positions, biased projections, one fused c_attn. Its width is q plus K
+    and V: 3 x hidden for GPT-2 (every head keeps K and V), hidden + 2 x head_dim under BigCode's multi_query
+    (gpt2-xl: 3 x 1,600 = 4,800 wide)."""
     h, layers = g.hidden_size, list(range(g.num_layers))
     inner = g.intermediate_size or 4 * h  # n_inner: null means 4 * n_embd
-    c.add("embed_tokens", g.vocab_size * h, tp="vocab")
-    c.add("embed_positions", _positions(g, cfg) * h, tp="replicated")
-    c.linear("attention", "transformer.h.{i}.attn.c_attn", h, 3 * h, layers=layers, bias=True)
-    c.linear("attention", "transformer.h.{i}.attn.c_proj", h, h, layers=layers, bias=True)
-    c.linear("mlp", "transformer.h.{i}.mlp.c_fc", h, inner, layers=layers, bias=True)
-    c.linear("mlp", "transformer.h.{i}.mlp.c_proj", inner, h, layers=layers, bias=True)
-    c.add("norms", (2 * len(layers) + 1) * 2 * h, tp="replicated")
-    if not g.tie_word_embeddings:
-        c.add("lm_head", g.vocab_size * h, tp="vocab")
-
-
-def _gpt_bigcode(c: _Counter, g: Geometry, cfg: ConfigReader) -> None:
-    """GPT-BigCode: GPT-2 layout with MQA (fused q + one K and V head)."""
-    h, layers = g.hidden_size, list(range(g.num_layers))
-    inner = g.intermediate_size or 4 * h
-    kv = 2 * g.kv_heads[0] * g.head_dim  # K and V: one head under multi_query, else all of them
+    kv = 2 * g.kv_heads[0] * g.head_dim
     c.add("embed_tokens", g.vocab_size * h, tp="vocab")
     c.add("embed_positions", _positions(g, cfg) * h, tp="replicated")
     c.linear("attention", "transformer.h.{i}.attn.c_attn", h, h + kv, layers=layers, bias=True)
@@ -487,7 +474,7 @@ def _phi(c: _Counter, g: Geometry, cfg: ConfigReader) -> None:
 
 _SPECIAL: dict[str, Callable[[_Counter, Geometry, ConfigReader], None]] = {
     "gpt2": _gpt2,
-    "gpt_bigcode": _gpt_bigcode,
+    "gpt_bigcode": _gpt2,
     "opt": _opt,
     "falcon": _falcon,
     "RefinedWebModel": _falcon,
