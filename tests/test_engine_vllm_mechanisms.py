@@ -124,6 +124,7 @@ def test_encoder_takes_kv_memory_on_a_24gb_card():
     vl = _model("Qwen/Qwen2.5-VL-7B-Instruct")
     r = plan_vllm(vl, VllmFlags(max_model_len=32768, version="0.19"), find_gpu("RTX-4090"))
     m = r.stages[0].memory
+    # 65,536 patches x (2 x 1,280 + 10,260) x 2 B + the pixels in float32 and bf16 (65,536 x 1,176 x (4 + 2) B).
     assert m.activation_peak_bytes == m.encoder_bytes == 2_142_765_056  # pixels included; the LM's peak is smaller
     assert r.kv_cache_tokens < 70_000
 
@@ -137,6 +138,8 @@ def test_v0_runs_the_multimodal_prompt_through_the_language_model():
     vl = _model("Qwen/Qwen2.5-VL-7B-Instruct")
     e = v0_encoder_profile(vl, dtype_bytes=2, max_num_batched_tokens=2048, max_num_seqs=1)
     assert (e.items, e.lm_tokens, e.lm_rows, e.cached_bytes) == (1, 16384, 1, 117_440_512 + 308_281_344)
+    # The encoder's own peak: 65,536 patches x (2 x 1,280 width + its 10,260-wide MLP) x 2 B = 1,680,343,040 B,
+    # plus the pixels in float32 (308,281,344 B) and in fp16 (154,140,672 B) = 2,142,765,056 B.
     assert e.peak_bytes == 2_142_765_056
     r = plan_vllm(vl, VllmFlags(max_model_len=16384, max_num_batched_tokens=2048, max_num_seqs=1, dtype="float16",
                                 version="0.9.2", use_v1=False), find_gpu("T4"))
