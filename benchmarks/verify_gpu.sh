@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one command to run on a GPU machine: kvplan verify on three models plus a device copy-bandwidth figure.
-# Assumes torch with CUDA is installed; installs only kvplan itself (editable). A few minutes on an H100/H200.
+# Assumes torch with CUDA is installed; installs only kvplan itself (editable) unless it already imports
+# (PYTHONPATH=. on a machine without a package index). A few minutes on an H100/H200.
 # Results (JSON) go to $OUT when set, else benchmarks/results/. Exit status: non-zero if any verify mismatched.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,9 @@ mkdir -p "$RESULTS"
 PY="${PYTHON:-python}"
 "$PY" -c "import kvplan" 2>/dev/null || "$PY" -m pip install -q -e . || exit 2
 "$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name())" || exit 2
+
+# The GPU's exact CUDA total and what CUDA and cuBLAS hold outside torch, next to the catalog entry.
+"$PY" benchmarks/cuda_facts.py "$RESULTS/cuda_facts.json"
 
 # Device copy bandwidth: a 4 GiB device-to-device copy, 20 times; each copy reads and writes 4 GiB.
 "$PY" - "$RESULTS/copy_bandwidth.json" <<'PY'

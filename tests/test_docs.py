@@ -201,3 +201,24 @@ def test_the_pasted_verify_byte_table_is_what_verify_measures():
     assert done.returncode == 0, done.stderr
     printed = [line.rstrip() for line in done.stdout.splitlines()]
     assert shown.splitlines() == printed[: len(shown.splitlines())]
+
+
+@pytest.mark.parametrize(
+    ("case", "label"),
+    [
+        ("llama-3.1-8b-32k-x16", "Llama-3.1-8B 32,768 x 16, contiguous"),
+        ("deepseek-v2-lite-mla-32k-x16", "DeepSeek-V2-Lite (MLA) 32,768 x 16"),
+        ("gpt-oss-20b-sliding-16k-x16", "gpt-oss-20b 16,384 x 16, paged"),
+    ],
+)
+def test_the_h200_verify_table_is_the_saved_gpu_run(case, label):
+    # docs/verify.md's H200 table restates benchmarks/results/gpu/<case>.json: bytes, step, bandwidth.
+    run = json.loads((REPO / "benchmarks" / "results" / "gpu" / f"{case}.json").read_text())
+    rank = run["ranks"][0]
+    dec = rank["decode"]
+    assert rank["predicted_bytes"] == rank["measured_bytes"] and run["passed"]
+    row = (
+        f"| {label} | {rank['predicted_bytes']:,} | passed | {dec['step_seconds'] * 1e3:.1f} ms | "
+        f"{dec['bandwidth_bytes_per_s'] / 1e9:,.0f} GB/s | {rank['decode_bandwidth_vs_copy']:.0%} |"
+    )
+    assert row in (REPO / "docs" / "verify.md").read_text()

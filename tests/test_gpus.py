@@ -73,7 +73,6 @@ def test_exact_totals(key, total_bytes):
         ("RTX-3090", 23.56, 24_125),  # 23.56 × 1024 = 24,125.44
         ("RTX-4090", 23.64, 24_207),  # 23.64 × 1024 = 24,207.36
         ("L4", 22.03, 22_559),  # 22.03 × 1024 = 22,558.72
-        ("H200", 139.81, 143_165),  # 139.81 × 1024 = 143,165.44
     ],
 )
 def test_rounded_gib_totals_round_trip(key, printed_gib, nearest_mib):
@@ -244,3 +243,10 @@ def test_custom_gpu():
 def test_specs_are_frozen():
     with pytest.raises(AttributeError):
         find_gpu("h100").total_memory_bytes = 1  # type: ignore[misc]
+
+
+def test_the_h200_total_is_the_one_measured_on_an_h200():
+    # benchmarks/results/gpu/cuda_facts.json: torch.cuda.mem_get_info() total on one H200, which vLLM budgets
+    # from: 150,109,880,320 B = 143,155.9375 MiB = 139.8011 GiB.
+    assert find_gpu("NVIDIA H200").total_memory_bytes == 150_109_880_320
+    assert round(150_109_880_320 / GiB, 2) == 139.80

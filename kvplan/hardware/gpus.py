@@ -82,6 +82,12 @@ def _tb_per_s(text: str) -> int:
 # ceil(0.95 T) a multiple of 512.
 H100_SXM_CUDA_TOTAL_BYTES = 85_028_372_480
 
+# H200 SXM: torch.cuda.mem_get_info() on one H200 (driver 580.159.04, torch 2.11.0+cu130), measured by
+# benchmarks/cuda_facts.py into benchmarks/results/gpu/cuda_facts.json: 150,109,880,320 B = 139.8011 GiB
+# ("139.80"). An 8-GPU box's torch OOM printed 139.81 GiB, i.e. 9 to 15 MiB more: totals differ by a few MiB
+# between boxes and drivers, and the measured exact figure is the one kept.
+H200_CUDA_TOTAL_BYTES = 150_109_880_320
+
 _N = "nvidia"
 _A = "amd"
 
@@ -89,6 +95,7 @@ _A = "amd"
 # [evo2#190]: https://github.com/ArcInstitute/evo2/issues/190 ("Is a L4 GPU not enough": torch's OOM message)
 # [arxiv-confi]: https://github.com/sungwon-chae/arxiv_confi/blob/3906c481ed03deeb5ce0b4db322c77bdc44416ad/
 #   etu_logging.md (8 x "NVIDIA H200 (139.8 GB)", then torch's OOM message)
+# [kvplan-h200]: benchmarks/results/gpu/cuda_facts.json (this project's own run, 2026-11-30)
 
 # Bandwidth figures below are only those gpus.md gives; "secondary" means a page quoting the vendor
 # figure that gpus.md could not check against the datasheet.
@@ -116,9 +123,9 @@ _CATALOG: tuple[GpuSpec, ...] = (
     ),
     GpuSpec(
         "H200", "NVIDIA H200 141GB HBM3e", ("NVIDIA H200",),
-        _from_rounded_gib("139.81"),
-        "cuda: torch OOM 'GPU 0 has a total capacity of 139.81 GiB' on 8 x NVIDIA H200 [arxiv-confi]"
-        " (nvidia-smi 143,771 MiB [tg-blog])",
+        H200_CUDA_TOTAL_BYTES,
+        "cuda: mem_get_info 150,109,880,320 B, drv 580.159.04 [kvplan-h200]; another box's torch OOM"
+        " read 139.81 GiB [arxiv-confi] (nvidia-smi 143,771 MiB [tg-blog])",
         ("H200-141GB", "H200-SXM", "nvidia-h200-141gb"),
         _N, _tb_per_s("4.8"), "secondary [oi#1441]", nvidia_smi_bytes=143_771 * MiB,
     ),

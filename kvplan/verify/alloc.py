@@ -86,8 +86,14 @@ class TokenStore:
         return per * self.heads
 
     def write(self, slot_idx: Any, x: Any, rows: slice) -> None:
-        """Store x [rows, heads, n, dim] at slots slot_idx [n] of the requests in `rows`."""
+        """Store x [rows, heads, n, dim] at slots slot_idx [n] (a host tensor) of the requests in `rows`."""
         codes, scales = encode(self.torch, self.fmt, x)
+        if len(slot_idx) == 1:
+            # A decode step writes one slot: index with host integers, since moving a host index tensor to the
+            # GPU would wait for the device at every layer.
+            self._write_one(int(slot_idx[0]), codes, scales, rows)
+            return
+        slot_idx = slot_idx.to(self.codes.device)
         if self.layout == "contiguous":
             self.codes[rows, :, slot_idx] = codes
             if scales is not None:
@@ -99,20 +105,39 @@ class TokenStore:
         if scales is not None:
             self.scales[blk, off] = scales.transpose(1, 2)
 
-    def read(self, n_slots: int, dtype: Any) -> Any:
-        """Slots 0..n_slots-1 of every request as [batch, heads, n_slots, dim] values in `dtype`."""
+    def _write_one(self, slot: int, codes: Any, scales: Any | None, rows: slice) -> None:
         if self.layout == "contiguous":
-            codes = self.codes[:, :, :n_slots]
-            scales = None if self.scales is None else self.scales[:, :, :n_slots]
-        else:
-            blocks = self.block_table[:, : cdiv(n_slots, self.block_size)]  # gather this batch's blocks
+            self.codes[rows, :, slot : slot + 1] = codes
+            if scales is not None:
+                self.scales[rows, :, slot : slot + 1] = scales
+            return
+        blk = self.block_table[rows][:, slot // self.block_size : slot // self.block_size + 1]  # [rows, 1]
+        off = slot % self.block_size
+        self.codes[blk, off] = codes.transpose(1, 2)
+        if scales is not None:
+            self.scales[blk, off] = scales.transpose(1, 2)
 
-            def gather(pool: Any) -> Any:
-                return pool[blocks].flatten(1, 2)[:, :n_slots].transpose(1, 2)
+    @property
+    def heads_interleaved(self) -> bool:
+        """Paged pools keep a token's heads side by side ([.., block_size, heads, dim]); contiguous caches keep
+        each head's tokens together ([batch, heads, slots, dim])."""
+        return self.layout == "paged"
 
-            codes = gather(self.codes)
-            scales = None if self.scales is None else gather(self.scales)
-        return decode(self.torch, self.fmt, codes, scales, self.dim, dtype)
+    def matrix(self, dtype: Any) -> Any:
+        """Every slot of every request as one matrix per batch entry, in `dtype`, without copying a plain float
+        cache of that dtype: contiguous [batch * heads, slots, dim]; paged [batch, slots, heads * dim].
+
+        The paged view reads the pool through the block table without a gather because this table hands
+        request r the physical blocks r * blocks .. (r + 1) * blocks - 1 in order (see block_table), so request
+        r's slots are rows r of pool.view(batch, blocks * block_size, ...): the bytes a block-table kernel
+        such as vLLM's reads, in the same order.
+        """
+        values = decode(self.torch, self.fmt, self.codes, self.scales, self.dim, dtype)
+        if self.layout == "contiguous":
+            batch, heads, slots, dim = values.shape
+            return values.view(batch * heads, slots, dim)
+        batch, blocks = self._blocks
+        return values.view(batch, blocks * self.block_size, self.heads * self.dim)
 
 
 @dataclass
@@ -142,7 +167,7 @@ class TokenCache:
         kept = torch.arange(positions[drop], positions[-1] + 1, dtype=torch.long)  # positions are consecutive
         slot_idx = kept % self.slots
         for store, x in zip(self.stores, values, strict=True):
-            store.write(slot_idx.to(store.codes.device), x[:, :, drop:], rows)
+            store.write(slot_idx, x[:, :, drop:], rows)
         self.slot_pos[slot_idx] = kept
         store = self.stores[0]
         if store.layout == "paged":
@@ -160,16 +185,15 @@ class TokenCache:
         lo = _first_visible(self.plan, pos)
         return (sp >= lo) & (sp <= pos)
 
-    def read(self, pos: int, dtype: Any) -> tuple[list[Any], Any | None, int]:
-        """The stored values the token at `pos` attends over, a mask (None when every slot read counts), and
-        how many tokens it sees."""
-        n_read = min(self.slots, pos + 1)  # positions are written in order, so slots 0..n_read-1 were written
+    def readable(self, pos: int) -> tuple[int, Any | None, int]:
+        """What the token at `pos` attends over: slots 0..n-1 (positions are written in order, so those were
+        written), a device mask over them (None when every one counts), and how many tokens it sees."""
+        n_read = min(self.slots, pos + 1)
         mask = self.visible(pos)[:n_read]
         seen = int(mask.sum())
-        values = [s.read(n_read, dtype) for s in self.stores]
         if seen == n_read:
-            return values, None, seen
-        return values, mask.to(values[0].device), seen
+            return n_read, None, seen
+        return n_read, mask.to(self.stores[0].codes.device), seen
 
 
 def _from_start(spec: LayerSpec, pos: int) -> int:

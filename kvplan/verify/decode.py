@@ -50,6 +50,21 @@ def _latent_heads(spec: LayerSpec, q_heads: int, tp: int) -> Heads:
 
 
 SCORE_BYTES = 1 << 30  # attention scores one masked prefill slice may hold
+SPLIT_TOKENS = 512  # most slots one partial product of a decode step's P @ V sums over
+
+
+def _split_product(torch: ModuleType, probs: Any, vals: Any) -> Any:
+    """probs [B, S, G] and vals [B, S, W] -> probs^T @ vals [B, G, W], summed in parts of c slots, c the largest
+    divisor of S up to SPLIT_TOKENS (S = 32,768 -> 64 parts of 512), so that B x S / c products run side by
+    side instead of B long ones. An S with no divisor of 128 or more is summed in one part."""
+    big, slots, group = probs.shape
+    c = next(d for d in range(min(SPLIT_TOKENS, slots), 0, -1) if slots % d == 0)
+    if c < 128:
+        c = slots
+    parts = slots // c
+    partial = torch.bmm(probs.view(big * parts, c, group).transpose(1, 2), vals.reshape(big * parts, c, -1))
+    total = partial.view(big, parts, group, -1).sum(1, dtype=torch.promote_types(probs.dtype, torch.float32))
+    return total.to(probs.dtype)  # parts summed in float32 at least: 64 bf16 partials would lose bits
 STATE_DECAY = 0.9  # a recurrent state keeps 90% of itself per token, so long prompts stay finite
 
 
@@ -109,7 +124,7 @@ class Decoder:
         self, plan: LayerPlan, cache: TokenCache | None, x: Any, pos0: int, rows: slice, log: dict[str, int] | None
     ) -> Any:
         """x [b, T, hidden] at positions pos0.. -> [b, T, hidden]. T == 1 with a cache reads the cache."""
-        torch, F = self.torch, self.F
+        torch = self.torch
         b, T, _ = x.shape
         heads = ATTENTION_HEADS[plan.spec.kind](plan.spec, self.q_heads, self.setup.tp)
         kv, group, dk, dv, mla = heads.kv, heads.group, heads.dk, heads.dv, heads.latent
@@ -122,17 +137,9 @@ class Decoder:
         if cache is not None:
             cache.update(positions, values, rows)
         if cache is not None and T == 1:
-            # decode_one_token: [b, kv, group, dk] queries (the group on the query axis) over the cached tokens.
-            stored, mask, seen = cache.read(pos0, self.dtype)
-            keys = stored[0]
-            vals = keys[..., :dv] if mla else stored[1]
-            attn_mask = None if mask is None else mask.view(1, 1, 1, -1)
-            o = F.scaled_dot_product_attention(q.view(b, kv, group, dk), keys, vals, attn_mask=attn_mask)
+            o, seen = self._decode_attention(cache, q.view(b, kv, group, dk), pos0, dv, mla)
             if log is not None:
-                log["seen"], log["kv_read_bytes"] = (
-                    seen,
-                    keys.shape[2] * sum(s.bytes_per_slot for s in cache.stores) * b,
-                )
+                log["seen"], log["kv_read_bytes"] = seen, cache.slots * sum(s.bytes_per_slot for s in cache.stores) * b
             o = o.reshape(b, 1, kv * group * dv)
         else:
             # prefill / recompute: causal attention over the fresh K/V, read back as the cache would store them.
@@ -145,6 +152,42 @@ class Decoder:
             o = self._prefill_attention(plan, qh, keys, vals, pos0)
             o = o.transpose(1, 2).reshape(b, T, kv * group * dv)
         return self.reduce(o @ w.get("o", kv * group * dv, self.hidden, self.dtype))
+
+    def _decode_attention(self, cache: TokenCache, q: Any, pos: int, dv: int, mla: bool) -> tuple[Any, int]:
+        """One query token per request, q [b, kv, group, dk], over every slot of the cache -> ([b, kv, group,
+        dv], tokens seen). Split as flash-decoding splits it, so the whole GPU streams the cache at once.
+
+        Scores are one product per request (and head, where a head's tokens lie together) with the slots on
+        the long axis: K [B, slots, W] @ Q [B, W, G]. Where heads are interleaved (paged pools), Q is block
+        diagonal, each head's queries facing only its own dk columns: the zeros add nothing, and K is still
+        read once. Slots past the written ones get weight 0. P @ V sums over the slots in SPLIT_TOKENS parts,
+        each its own product, then adds the parts (32,768 slots: 64 parts per request and head).
+        """
+        torch = self.torch
+        b, kv, group, dk = q.shape
+        n, mask, seen = cache.readable(pos)
+        store = cache.stores[0]
+        keys = store.matrix(self.dtype)
+        vals = keys[..., :dv] if mla else cache.stores[1].matrix(self.dtype)
+        q = q * dk**-0.5  # scaled_dot_product_attention's default scale
+        interleaved = store.heads_interleaved and kv > 1
+        if interleaved:
+            heads = torch.arange(kv, device=q.device)
+            block_q = q.new_zeros(b, kv, dk, kv, group)
+            block_q[:, heads, :, heads, :] = q.permute(1, 0, 3, 2)  # [kv, b, dk, group] on the diagonal
+            queries = block_q.view(b, kv * dk, kv * group)
+        else:
+            queries = q.reshape(b * kv, group, dk).transpose(1, 2)
+        scores = torch.bmm(keys, queries)  # [B, slots, G]
+        logits = scores[:, :n].float()
+        if mask is not None:
+            logits = logits.masked_fill(~mask.view(1, -1, 1), float("-inf"))
+        probs = torch.zeros_like(scores)
+        probs[:, :n] = torch.softmax(logits, dim=1).to(scores.dtype)
+        out = _split_product(torch, probs, vals)  # [B, G, Wv]
+        if interleaved:
+            out = out.view(b, kv, group, kv, dv).diagonal(dim1=1, dim2=3).permute(0, 3, 1, 2)
+        return out.reshape(b, kv, group, dv), seen
 
     def _prefill_attention(self, plan: LayerPlan, q: Any, k: Any, v: Any, pos0: int) -> Any:
         """Causal attention of q [b, H, T, dk] over k/v [b, H, T, d] from position pos0, within windows/chunks.

@@ -15,13 +15,23 @@ from kvplan.verify.decode import Decoder, Reduce, StepLog
 from kvplan.verify.device import device_label, free_bytes, import_torch, is_oom, pick_device, release, torch_dtype
 from kvplan.verify.measure import ByteMeter, copy_bandwidth, peak_bytes, reserved_bytes, reset_peak, sync, timed
 from kvplan.verify.setup import VerifySetup, replan
+from kvplan.verify.storage import ROUNDOFF
 
 CHECK_MIN_TOKENS = 48  # the correctness check's length when no window asks for more
 CHECK_MAX_TOKENS = 512  # beyond this a full recomputation on a CPU gets slow; longer windows are not wrapped
 TOKENS_PER_CHUNK = 65_536  # prefill / recompute this many tokens at a time (requests per chunk = this // seq)
-# Relative error (norm of the difference over the norm) allowed between cached decode and recomputation,
-# by compute dtype: the two paths sum the same products in different orders.
-TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 3e-2}
+# Relative error (norm of the difference over the norm) allowed between cached decode and recomputation.
+# The check computes in float32, but both paths round K and V to the cache's format, and the two compute
+# K and V with different kernels (one token against 48 at once), whose last float32 bits differ. Where such
+# a difference crosses a rounding boundary the stored element moves by a whole step of the format. So the
+# bound is the format's roundoff, and never below float32's summation-order noise.
+# Measured on an H200, bf16 cache: Llama-3.1-8B 2.3e-4 and DeepSeek-V2-Lite 7.3e-5, against 2^-8 = 3.9e-3.
+FLOAT32_TOLERANCE = 1e-4
+
+
+def check_tolerance(kv_dtype: str) -> float:
+    """The relative error the decode check allows with a cache of this format: bf16 -> 2^-8 = 3.9e-3."""
+    return max(FLOAT32_TOLERANCE, ROUNDOFF[kv_dtype])
 
 
 @dataclass(frozen=True)
@@ -194,7 +204,7 @@ def run_check(torch: ModuleType, setup: VerifySetup, device: Any, reduce: Reduce
     wrapped = any(w < seq for w in windows)
     del caches, dec
     release(torch, device)
-    tol = TOLERANCE["float32"]
+    tol = check_tolerance(setup.kv_dtype.name)
     return DecodeCheck(seq, small.batch, steps, rel, tol, rel <= tol, growth_ok, visibility_ok, wrapped)
 
 

@@ -29,6 +29,15 @@ class Format:
     scale_width: int  # elements of scale_dtype per vector (0: no scale tensor)
 
 
+# The largest relative change one stored element undergoes from rounding: half a step of the format.
+# bfloat16 keeps 8 significant bits -> 2^-8; int8 codes amax/127 steps -> half a step = 1/254 of amax;
+# int4 spans (max - min)/15 steps -> 1/30; NVFP4's E2M1 keeps 2 significant bits -> 2^-2.
+ROUNDOFF = {
+    "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8, "fp8_e4m3": 2.0**-4, "fp8_e5m2": 2.0**-3,
+    "int8": 1 / 254, "int4": 1 / 30, "nvfp4": 2.0**-2,
+}
+
+
 def storage_format(torch: ModuleType, kv: KvDtype, dim: int) -> Format:
     name = kv.name
     if name in ("float32", "float16", "bfloat16"):

@@ -1,0 +1,67 @@
+"""verify's parts that the first GPU run (H200, benchmarks/results/gpu/) corrected, tested without a GPU."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kvplan.model import dtypes  # noqa: E402
+from kvplan.verify.decode import SPLIT_TOKENS, _split_product  # noqa: E402
+from kvplan.verify.measure import ByteMeter  # noqa: E402
+from kvplan.verify.rank import FLOAT32_TOLERANCE, check_tolerance  # noqa: E402
+from kvplan.verify.storage import ROUNDOFF  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+class _FakeCuda:
+    """torch.cuda as the caching allocator reports a 2.25 MiB request served from a free 2.75 MiB block."""
+
+    def __init__(self) -> None:
+        self.requested, self.allocated = 0, 0
+
+    def synchronize(self, device: object) -> None:
+        pass
+
+    def memory_allocated(self, device: object) -> int:
+        return self.allocated
+
+    def memory_stats(self, device: object) -> dict[str, int]:
+        return {"requested_bytes.all.current": self.requested, "allocated_bytes.all.current": self.allocated}
+
+
+def test_the_meter_counts_requested_bytes_not_the_block_the_allocator_handed_out():
+    cuda = _FakeCuda()
+    meter = ByteMeter(SimpleNamespace(cuda=cuda), SimpleNamespace(type="cuda"))
+    tensor = torch.zeros(2_359_296, dtype=torch.uint8)  # 2.25 MiB, one gpt-oss-20b sliding-window K tensor
+    meter.start()
+    cuda.requested += 2_359_296
+    cuda.allocated += 2_883_584  # the whole 2.75 MiB block: splitting would leave 512 KiB, under 1 MiB
+    meter.add("sliding_window", [tensor])
+    assert meter.kinds["sliding_window"].measured_bytes == 2_359_296
+    assert meter.kinds["sliding_window"].tensor_bytes == 2_359_296
+
+
+def test_every_kv_format_has_a_check_tolerance():
+    names = {v.name for v in vars(dtypes).values() if isinstance(v, dtypes.KvDtype)}
+    assert names == set(ROUNDOFF)
+    # bf16 keeps 8 significant bits: a rounding flip moves an element by up to 2^-8 = 0.00390625 relative,
+    # above float32's 1e-4 floor; a float32 cache keeps the floor.
+    assert check_tolerance("bfloat16") == 0.00390625
+    assert check_tolerance("float32") == FLOAT32_TOLERANCE == 1e-4
+
+
+@pytest.mark.parametrize("slots", [32_768, 144, 1_000, 997])
+def test_the_split_product_equals_one_product(slots):
+    # 32,768 slots -> 64 parts of 512; 144 -> one part of 144; 1,000 -> 2 parts of 500; 997 (prime) -> one part.
+    gen = torch.Generator().manual_seed(0)
+    probs = torch.rand(3, slots, 4, generator=gen, dtype=torch.float64)
+    vals = torch.randn(3, slots, 5, generator=gen, dtype=torch.float64)
+    whole = probs.transpose(1, 2) @ vals
+    split = _split_product(torch, probs, vals)
+    assert split.shape == (3, 4, 5)
+    assert torch.allclose(split, whole, rtol=1e-9, atol=1e-9)
+    assert SPLIT_TOKENS == 512
