@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import ModelSpec
 from kvplan.planner.serialize import fix_to_dict, reason, verdict_to_dict
 from kvplan.planner.verdict import Verdict, plan
+from kvplan.records import dataclass
 from kvplan.sources.resolve import resolve_model
 
 if TYPE_CHECKING:

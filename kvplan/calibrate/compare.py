@@ -9,7 +9,7 @@ engine started, and on a refusal for lack of KV room.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, field, replace
 from pathlib import PurePath
 from typing import Any
 
@@ -25,6 +25,7 @@ from kvplan.hardware.gpus import GpuSpec, all_gpus, custom_gpu, find_gpu
 from kvplan.model.dtypes import normalize_weight_dtype
 from kvplan.model.specs import ModelSpec
 from kvplan.planner.verdict import Verdict, plan
+from kvplan.records import dataclass
 from kvplan.sources.resolve import resolve_model
 
 TOLERANCE = 0.005  # the loop's target: the same deployment reproduces the log within 0.5%

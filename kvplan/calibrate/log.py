@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from kvplan.calibrate.text import Record
+from kvplan.records import dataclass
 from kvplan.units import GiB
 
 BYTES = "bytes"

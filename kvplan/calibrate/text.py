@@ -10,7 +10,8 @@ the rest of the one before), and a record that starts mid-line after a progress 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from kvplan.records import dataclass
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\r")
 _OUTER = (

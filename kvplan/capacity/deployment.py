@@ -9,13 +9,14 @@ planner (kvplan.planner) into one verdict. Values are validated here with errors
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar, Protocol
 
 from kvplan.errors import FieldError, InputError
 from kvplan.hardware.gpus import GpuSpec
 from kvplan.model.dtypes import KV_DTYPE_CHOICES, resolve_kv_dtype, served_dtype
 from kvplan.model.specs import ModelSpec
+from kvplan.records import dataclass
 
 # Bounds far beyond any real deployment; a value past them is a typo or an attack, and would only make the
 # arithmetic slow (a 400-digit --seq). Llama 4 Scout's 10M-token context is the longest real one.

@@ -8,11 +8,11 @@ full blocks of a prefix shared by the whole batch stored once when prefix cachin
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kvplan.errors import InputError
 from kvplan.model.dtypes import KvDtype
 from kvplan.model.specs import LayerKind, LayerSpec, ModelSpec
+from kvplan.records import dataclass
 from kvplan.units import cdiv
 
 

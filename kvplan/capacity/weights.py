@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.errors import FieldError
 from kvplan.model.dtypes import weight_dtype_bytes
 from kvplan.model.quant import group_weight_bytes
 from kvplan.model.specs import ModelSpec, ParamGroup, QuantSpec
+from kvplan.records import dataclass
 from kvplan.units import cdiv
 
 # Quantizations an engine applies at load to an unquantized checkpoint, as weight formats. fp8: vLLM/SGLang

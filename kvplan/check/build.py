@@ -9,7 +9,7 @@ with the way to supply it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from kvplan.check.flags import ParsedArgs, bool_word
 from kvplan.check.invocation import unexpanded
@@ -17,6 +17,7 @@ from kvplan.check.model import DeploymentRequest, IgnoredFlag, Location, Unresol
 from kvplan.check.templates import find_template, unmask
 from kvplan.errors import InputError
 from kvplan.hardware.gpus import find_gpu
+from kvplan.records import dataclass
 
 # Request field -> canonical flag per engine. TGI's knobs are the launcher's; SGLang's page size is its block.
 _FIELDS: dict[str, dict[str, str]] = {

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from kvplan.check.build import apply_hardware
 from kvplan.check.loader import load_documents, read_text
@@ -22,6 +22,7 @@ from kvplan.check.model import CANNOT_EVALUATE, CheckResult, DeploymentRequest, 
 from kvplan.check.readers import RECOGNISED, describe_document, requests_of_document
 from kvplan.check.readers.k8s import mapping
 from kvplan.errors import DeploymentError, KvplanError
+from kvplan.records import dataclass
 
 YAML_SUFFIXES = (".yaml", ".yml")
 MAX_FILES = 10_000

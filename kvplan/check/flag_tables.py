@@ -13,10 +13,12 @@ transcribed from launcher/src/main.rs.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cache
 from importlib import resources
 from typing import Any
+
+from kvplan.records import dataclass
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from kvplan.check.flag_tables import ENGINES, EngineFlags, engine_versions
+from kvplan.records import dataclass
 
 _NUMBER_RE = re.compile(r"^-\d")
 _BOOL_WORDS = {"true": "true", "false": "false", "1": "true", "0": "false", "yes": "true", "no": "false"}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
@@ -18,6 +17,7 @@ import yaml
 
 from kvplan.check.templates import mask_templates
 from kvplan.errors import DeploymentError
+from kvplan.records import dataclass
 from kvplan.sources.local_files import Refused, read_regular
 from kvplan.units import MiB
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from kvplan.records import dataclass
 
 # Verdicts, in the order a reader cares about them.
 FITS = "fits"

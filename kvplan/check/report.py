@@ -16,7 +16,6 @@ import re
 import textwrap
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
@@ -25,6 +24,7 @@ from rich.text import Text
 from kvplan.check.model import CANNOT_EVALUATE, DOES_NOT_FIT, FITS, VERDICTS, CheckResult, FileReport
 from kvplan.errors import EXIT_CANNOT_EVALUATE, EXIT_DOES_NOT_FIT, EXIT_OK
 from kvplan.escape import ci_text, gh_data, gh_property, json_text, xml_text
+from kvplan.records import dataclass
 from kvplan.units import fmt_gib
 
 
@@ -61,7 +61,10 @@ def fails_job(result: CheckResult, policy: Policy) -> bool:
     return result.verdict == CANNOT_EVALUATE and (policy.strict or unreadable(result))
 
 
-def exit_reason(results: Sequence[CheckResult], policy: Policy = Policy()) -> tuple[int, str]:
+DEFAULT_POLICY = Policy()
+
+
+def exit_reason(results: Sequence[CheckResult], policy: Policy = DEFAULT_POLICY) -> tuple[int, str]:
     """The exit code and why, in words for the closing summary line."""
     failing = [r for r in results if r.verdict == DOES_NOT_FIT or misses_margin(r, policy.min_margin)]
     if failing:
@@ -91,7 +94,7 @@ def exit_code(results: Sequence[CheckResult], min_margin: float | None = None, *
     return exit_reason(results, Policy(min_margin, strict, allow_empty))[0]
 
 
-def summary_line(results: Sequence[CheckResult], files: Sequence[FileReport], policy: Policy = Policy()) -> str:
+def summary_line(results: Sequence[CheckResult], files: Sequence[FileReport], policy: Policy = DEFAULT_POLICY) -> str:
     """One closing line: counts, the exit code and why, and the files skipped."""
     code, why = exit_reason(results, policy)
     counts = [f"{sum(1 for r in results if r.verdict == FITS and not misses_margin(r, policy.min_margin))} fit"]

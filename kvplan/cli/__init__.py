@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import importlib
 import sys
 from collections.abc import Callable
@@ -99,7 +100,15 @@ def main() -> None:
     sys.stdout = stdout
     command = sys.argv[1] if len(sys.argv) > 1 else None
     try:
-        build_app(command if command in COMMANDS else None)()
+        # What loading the command's modules creates (modules, classes, functions, typer's parameters: for
+        # `estimate` 26,500 objects the collector tracks) lives until exit. The collector stays off while
+        # they load and then freezes them, so no later collection, the one at interpreter exit included,
+        # walks them again: `kvplan estimate` starts in about 150 ms instead of 170 (benchmarks/startup.py).
+        gc.disable()
+        app = build_app(command if command in COMMANDS else None)
+        gc.freeze()
+        gc.enable()
+        app()
     except KvplanError as exc:  # raised outside a command (e.g. while parsing options)
         raise SystemExit(report_error(exc)) from None
     finally:

@@ -8,9 +8,13 @@ from typing import Any
 
 import typer
 
+from kvplan.api import EstimateRequest, GpuChoice, ModelSource
+from kvplan.api import estimate as run_estimate
+from kvplan.capacity.deployment import Parallelism, WeightsChoice, Workload
 from kvplan.cli import options as opt
 from kvplan.cli.flags import check_engine_flags, flag_error
 from kvplan.cli.output import Output
+from kvplan.cli.render import render_estimate
 from kvplan.errors import EXIT_DOES_NOT_FIT, EXIT_OK, FieldError, InputError
 from kvplan.units import GiB, parse_size
 
@@ -134,11 +138,6 @@ def estimate(
 
     Lists sweep every combination: --seq 4k,8k,32k --batch 1,16 --gpu H100,H200, several models.
     """
-    from kvplan.api import EstimateRequest, GpuChoice, ModelSource
-    from kvplan.api import estimate as run_estimate
-    from kvplan.capacity.deployment import Parallelism, WeightsChoice, Workload
-    from kvplan.cli.render import render_estimate
-
     if enable_prefix_caching and no_enable_prefix_caching:
         raise InputError("--enable-prefix-caching and --no-enable-prefix-caching contradict: give one")
     prefix_caching = True if enable_prefix_caching else False if no_enable_prefix_caching else None

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
@@ -13,6 +11,7 @@ from kvplan.errors import KvplanError
 from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.parse import parse_config
 from kvplan.model.specs import ModelSpec
+from kvplan.records import dataclass
 from kvplan.sources import library
 from kvplan.units import fmt_bytes
 

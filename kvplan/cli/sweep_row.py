@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from kvplan.planner.verdict import Verdict
+from kvplan.records import dataclass
 
 
 @dataclass(frozen=True)

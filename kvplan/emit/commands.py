@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kvplan.capacity.deployment import Deployment
 from kvplan.errors import InputError
+from kvplan.records import dataclass
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,11 @@ size any number of requests with the same arithmetic for every engine.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, ClassVar, Protocol
 
 from kvplan.capacity.deployment import Deployment, EngineOptions, Parallelism
+from kvplan.records import dataclass
 
 # Why an engine would refuse a deployment at start-up, as stable codes (the JSON's `reason.code`).
 REFUSAL_CODES = {

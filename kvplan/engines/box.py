@@ -12,11 +12,12 @@ A term that does not hold falls back to the engine model's own figure; the notes
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from kvplan.capacity.deployment import BoxProfile, Deployment
 from kvplan.errors import InputError
 from kvplan.hardware.gpus import GpuSpec, find_gpu
+from kvplan.records import dataclass
 
 
 @dataclass(frozen=True)

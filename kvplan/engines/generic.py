@@ -7,7 +7,6 @@ requests by kvplan.capacity.kv (whole blocks per request, whole blocks of a shar
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
@@ -16,6 +15,7 @@ from kvplan.capacity.weights import estimate_weights
 from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal
 from kvplan.errors import FieldError
 from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
+from kvplan.records import dataclass
 from kvplan.units import GiB, fmt_gib
 
 # Overhead per GPU when no engine model applies: the CUDA context, allocator slack and the activation peak of

@@ -15,7 +15,6 @@ A BoxProfile measured by `kvplan calibrate` replaces the modelled GPU total, the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
@@ -35,6 +34,7 @@ from kvplan.engines.vllm_memory import CONTEXT_BYTES, WeightSplit, weights_per_s
 from kvplan.errors import FieldError
 from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import LayerKind, ModelSpec
+from kvplan.records import dataclass
 from kvplan.units import GiB, MiB, cdiv
 
 # CONTEXT_BYTES (vllm_memory): what CUDA and the context take before SGLang measures "free before load": vLLM

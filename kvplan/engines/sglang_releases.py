@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kvplan.engines.release import CURRENT, Release, parse_release, release_text
 from kvplan.errors import FieldError
+from kvplan.records import dataclass
 
 FIRST_RELEASE: Release = (0, 3, 0)
 

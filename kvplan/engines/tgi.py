@@ -11,7 +11,7 @@ leave, less 5%, is the cache. kvplan sizes the activation peak and non-torch mem
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
@@ -20,6 +20,7 @@ from kvplan.engines.generic import paged_account, rank_weights_bytes
 from kvplan.engines.vllm_memory import NON_TORCH, activation_peak_bytes, non_torch_class
 from kvplan.errors import FieldError
 from kvplan.model.dtypes import serving_dtype
+from kvplan.records import dataclass
 
 TGI_WIGGLE_ROOM = 0.95
 TGI_BLOCK_SIZE = 16  # the paged-attention block of TGI 2.x (FlashInfer in 3.x pages by 1; not modelled)

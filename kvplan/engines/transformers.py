@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import ClassVar, cast
 
 from kvplan.capacity.deployment import Deployment, Parallelism
@@ -26,6 +25,7 @@ from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusa
 from kvplan.errors import FieldError, InputError
 from kvplan.model.dtypes import serving_dtype, weight_dtype_bytes
 from kvplan.model.specs import AttentionSpec, LayerKind, LayerSpec, MLASpec, ModelSpec, StateSpec, StateTensor
+from kvplan.records import dataclass
 from kvplan.units import fmt_gib
 
 CACHE_KINDS = ("dynamic", "static")

@@ -19,7 +19,6 @@ ones), so this model is not calibrated: every plan says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
@@ -31,6 +30,7 @@ from kvplan.engines.vllm_memory import NON_TORCH, WeightSplit, activation_peak_b
 from kvplan.errors import FieldError
 from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import LayerKind, ModelSpec
+from kvplan.records import dataclass
 from kvplan.units import GiB, cdiv
 
 TRTLLM_VERSIONS = (CURRENT,)

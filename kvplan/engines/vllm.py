@@ -9,8 +9,9 @@ a BoxProfile (measured on the user's box) replaces the terms it measured (vllm_p
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from kvplan.capacity.deployment import BoxProfile
@@ -37,7 +38,8 @@ from kvplan.engines.vllm_versions import VllmRules, engine_for, rules_for
 from kvplan.errors import FieldError, InputError
 from kvplan.hardware.gpus import GpuSpec
 from kvplan.model.dtypes import KvDtype, normalize_weight_dtype, resolve_kv_dtype, serving_dtype, weight_dtype_bytes
-from kvplan.model.specs import LayerKind, ModelSpec
+from kvplan.model.specs import LayerKind, LayerSpec, ModelSpec
+from kvplan.records import dataclass
 from kvplan.units import GiB
 
 USAGES = ("serve", "llm")  # `vllm serve` (OPENAI_API_SERVER) or the LLM class (LLM_CLASS)
@@ -312,20 +314,29 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
 def _stage_layout(model: ModelSpec, layers: range, f: ResolvedFlags, block_size_set: bool) -> KvCacheLayout:
     """One rank's KV layout. Without V1's hybrid manager (V0, V1 before 0.9.1) every attention layer caches
     every token (a sliding window only masks), and state layers have no place in the block pool."""
-    specs = [vllm_layer_spec(model.layers[i], f.kv_cache_dtype, f.tp) for i in layers]
-    present = [s for s in specs if s is not None]
     hybrid = f.engine == "v1" and f.rules.hybrid_groups
+    stage = model.layers[layers.start : layers.stop : layers.step]
+    layout = _layout(stage, f.kv_cache_dtype, f.tp, hybrid, f.block_size, block_size_set, f.version, f.engine)
+    if not f.rules.mla_latent and any(spec.kind == LayerKind.MLA for spec in stage):
+        raise FieldError("engine.version", f"vLLM {f.version} cached MLA models' per-head K and V (the latent "
+                         "cache came in 0.7.1); kvplan models the latent only", f.version)
+    return layout
+
+
+@functools.lru_cache(maxsize=1024)
+def _layout(stage: tuple[LayerSpec, ...], kv: KvDtype, tp: int, hybrid: bool, block_size: int,
+            block_size_set: bool, version: str, engine: str) -> KvCacheLayout:
+    """_stage_layout's layout, kept: `kvplan plan` lays out one model's stages for hundreds of candidate
+    deployments that share a KV dtype, tp and block size (gemma-3-27b: 806 plans, 62 layers each)."""
+    present = [s for s in (vllm_layer_spec(layer, kv, tp) for layer in stage) if s is not None]
     if not hybrid:
         if any(s.kind == "mamba" for s in present):
             raise FieldError("engine.version", f"kvplan models Mamba and linear-attention caches only in V1's "
-                             f"hybrid KV cache manager (0.9.1 and later), not vLLM {f.version} {f.engine.upper()}",
-                             f.version)
+                             f"hybrid KV cache manager (0.9.1 and later), not vLLM {version} {engine.upper()}",
+                             version)
         present = [s if s.kind in ("full_attention", "mla") else VllmLayerSpec("full_attention", s.bytes_per_token)
                    for s in present]
-    if not f.rules.mla_latent and any(model.layers[i].kind == LayerKind.MLA for i in layers):
-        raise FieldError("engine.version", f"vLLM {f.version} cached MLA models' per-head K and V (the latent "
-                         "cache came in 0.7.1); kvplan models the latent only", f.version)
-    return kv_cache_layout(present, f.block_size, block_size_set=block_size_set)
+    return kv_cache_layout(present, block_size, block_size_set=block_size_set)
 
 
 def estimate_max_model_len(layout: KvCacheLayout, available_bytes: int, limit: int, batched: int) -> int:

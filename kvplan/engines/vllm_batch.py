@@ -6,10 +6,9 @@ sampler's rows, so a wrong default moves the KV budget by gigabytes on a large v
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvplan.engines.vllm_versions import VllmRules
 from kvplan.hardware.gpus import GpuSpec
+from kvplan.records import dataclass
 from kvplan.units import GiB
 
 # V1's "big GPU" test compares torch's total_memory with 70 GiB (0.8.5+); H100 80GB reports 79.19 GiB.

@@ -15,9 +15,8 @@ x 6 B = 0.43 GiB -> 2.0 GiB, with 16,384 x 3,584 x 2 B = 112 MiB of embeddings c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvplan.model.specs import ModelSpec
+from kvplan.records import dataclass
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ onto vLLM's flags, checks what vLLM checks before it sizes anything, and states 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
@@ -17,6 +16,7 @@ from kvplan.engines.vllm_memory import StageMemory, WeightSplit
 from kvplan.engines.vllm_versions import VllmRules, engine_for, rules_for
 from kvplan.errors import FieldError
 from kvplan.model.specs import ModelSpec
+from kvplan.records import dataclass
 from kvplan.units import cdiv, fmt_gib
 
 # KV cache dtypes kvplan sizes (kvplan.model.dtypes); a release must also list the name (VllmRules).

@@ -19,10 +19,9 @@ predicted).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvplan.engines.vllm_versions import VllmRules
 from kvplan.hardware.gpus import GpuSpec
+from kvplan.records import dataclass
 from kvplan.units import GiB
 
 PER_GRAPH_BYTES = round(0.004564 * GiB)

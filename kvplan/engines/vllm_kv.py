@@ -9,11 +9,11 @@ an equal number of layers so that every group's block costs the same bytes; one 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kvplan.errors import InputError
 from kvplan.model.dtypes import KvDtype
 from kvplan.model.specs import LayerKind, LayerSpec
+from kvplan.records import dataclass
 from kvplan.units import cdiv
 
 # Attention kernels need block sizes in multiples of 16 tokens; vLLM raises a Mamba hybrid's attention

@@ -11,7 +11,6 @@ the sampler over max_num_seqs rows (and, for multimodal models, the vision encod
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.capacity.weights import runtime_quant
@@ -20,6 +19,7 @@ from kvplan.engines.vllm_mxfp4 import Mxfp4Backend, expert_bytes_per_rank
 from kvplan.model.dtypes import serving_dtype, weight_dtype_bytes
 from kvplan.model.quant import group_weight_bytes
 from kvplan.model.specs import ModelSpec, ParamGroup, QuantSpec
+from kvplan.records import dataclass
 from kvplan.units import GiB, cdiv
 
 # VocabParallelEmbedding / ParallelLMHead pad the vocabulary to a multiple of 64 before splitting it over

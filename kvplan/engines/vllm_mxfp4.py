@@ -12,9 +12,8 @@ so the weights from 12.83 to 13.60 GiB (vLLM logs 13.64); at tp 2 from 6.43 to 6
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvplan.hardware.gpus import GpuSpec
+from kvplan.records import dataclass
 from kvplan.units import cdiv
 
 MX_BLOCK = 32  # values per e8m0 scale byte

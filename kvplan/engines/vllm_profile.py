@@ -13,7 +13,7 @@ rounding, and a change of gpu_memory_utilization alone moves it by exactly that 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
 from kvplan.capacity.deployment import BoxProfile
@@ -21,6 +21,7 @@ from kvplan.engines.vllm_memory import NonTorch, StageMemory
 from kvplan.engines.vllm_versions import VllmRules, rules_for
 from kvplan.errors import FieldError
 from kvplan.model.specs import ModelSpec
+from kvplan.records import dataclass
 
 
 class _Flags(Protocol):

@@ -8,9 +8,10 @@ given beside each change below). A release maps to the record of the last change
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from kvplan.errors import FieldError
+from kvplan.records import dataclass
 
 Release = tuple[int, int, int]
 

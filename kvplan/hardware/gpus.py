@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
 
 from kvplan.errors import InputError
+from kvplan.records import dataclass
 from kvplan.units import GiB, MiB
 
 # What `memory_source` starts with, before the colon. The planner's budget is vLLM's

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
 from kvplan.errors import InputError
 from kvplan.hardware.gpus import find_gpu
+from kvplan.records import dataclass
 
 # A GPU-hour above this is a typo (a month's price, cents as dollars): the dearest list price found is ~$10.
 MAX_USD_PER_GPU_HOUR = 1000.0

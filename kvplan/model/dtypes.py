@@ -6,9 +6,8 @@ including any scales the format stores beside the values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvplan.errors import InputError
+from kvplan.records import dataclass
 from kvplan.units import cdiv
 
 

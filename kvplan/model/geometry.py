@@ -7,13 +7,13 @@ has 2 KV heads in both; `kv_channels: 128` is the head size of both).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from kvplan.errors import ConfigError
 from kvplan.model.config_reader import ConfigReader
 from kvplan.model.kinds import LayerKind
 from kvplan.model.layer_kinds import mixer_kinds
+from kvplan.records import dataclass
 
 _FALCON_TYPES = ("falcon", "RefinedWebModel", "RefinedWeb")
 

@@ -11,12 +11,13 @@ so hybrids fall out of the same code.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar
 
 from kvplan.model.dtypes import KvDtype, weight_dtype_bytes
 from kvplan.model.geometry import Geometry
 from kvplan.model.kinds import LayerKind
+from kvplan.records import dataclass
 from kvplan.units import cdiv
 
 

@@ -9,7 +9,7 @@ repeats the request, and combinations are tried (tp x fp8 KV x utilization, anot
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from kvplan.capacity.deployment import Deployment
@@ -17,6 +17,7 @@ from kvplan.engines import get_engine
 from kvplan.errors import KvplanError
 from kvplan.hardware.gpus import COMMON_GPUS, GpuSpec, find_gpu
 from kvplan.planner.verdict import Verdict, plan
+from kvplan.records import dataclass
 
 # Tensor-parallel widths tried, as multiples of the current one, and the widest instance considered.
 TP_STEPS = (2, 4, 8)

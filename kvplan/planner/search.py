@@ -19,7 +19,7 @@ with their replicas and in full.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from kvplan.capacity.deployment import Deployment, EngineOptions, Parallelism, WeightsChoice, Workload
 from kvplan.capacity.kv import KvRequest, estimate_kv
@@ -32,6 +32,7 @@ from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import ModelSpec
 from kvplan.planner.fixes import Change, apply
 from kvplan.planner.verdict import Verdict, plan
+from kvplan.records import dataclass
 
 MAX_GPUS_LIMIT = 1024
 FP8 = "fp8"  # a KV dtype candidate meaning "the engine's 8-bit float KV cache" (vLLM fp8, SGLang fp8_e4m3)

@@ -11,13 +11,14 @@ Every figure a command prints comes from here, so they cannot disagree:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from kvplan.capacity.deployment import MAX_CONCURRENCY, Deployment
 from kvplan.engines import get_engine
 from kvplan.engines.base import EngineAccount, KvPool
 from kvplan.model.specs import kv_heads_per_rank
 from kvplan.planner.workload import WorkloadFit, with_prefix_hit_rate, workload_concurrency
+from kvplan.records import dataclass
 
 # What limits a deployment that does not fit, besides an engine refusal code (kvplan.engines.base).
 LIMIT_FITS = "fits"

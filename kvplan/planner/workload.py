@@ -14,11 +14,12 @@ many requests are resident at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from fractions import Fraction
 
 from kvplan.capacity.deployment import MAX_CONCURRENCY, Workload
 from kvplan.engines.base import EngineAccount
+from kvplan.records import dataclass
 
 LIMIT_REQUEST_CAP = "request_cap"
 

@@ -11,10 +11,10 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from kvplan.errors import ConfigError, HubError, InputError, KvplanError
+from kvplan.records import dataclass
 from kvplan.sources.local_files import MAX_CONFIG_BYTES, Refused, json_object, read_regular
 from kvplan.units import MiB
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from kvplan.errors import ConfigError, ModelNotFoundError
+from kvplan.records import dataclass
 
 _COMPANIONS = (".hf_quant_config", ".params")
 

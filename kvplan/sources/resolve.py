@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from kvplan.errors import ConfigError, HubError, ModelNotFoundError
 from kvplan.model.parse import parse_config
 from kvplan.model.specs import ModelSpec
+from kvplan.records import dataclass
 from kvplan.sources import library
 from kvplan.sources.local_files import MAX_CONFIG_BYTES, Refused, json_object, read_regular
 from kvplan.sources.repo_ids import is_repo_id, looks_like_repo_id

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 
+from kvplan.records import dataclass
 from kvplan.verify.device import import_torch
 from kvplan.verify.rank import RankResult
 from kvplan.verify.setup import VerifyRequest, VerifySetup, prepare

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import ModuleType
 from typing import Any, cast
 
 from kvplan.model.specs import AttentionSpec, LayerKind, LayerSpec, MLASpec, StateSpec, kv_heads_per_rank
+from kvplan.records import dataclass
 from kvplan.units import cdiv
 from kvplan.verify.alloc import LayerCache, StateCache, TokenCache, _first_visible, state_shape
 from kvplan.verify.device import torch_dtype

@@ -7,8 +7,9 @@ In a container MemAvailable describes the whole machine: a pod limited to 8 GiB 
 from __future__ import annotations
 
 import resource
-from dataclasses import dataclass
 from pathlib import Path
+
+from kvplan.records import dataclass
 
 _UNLIMITED = 1 << 60  # cgroup v1 states "no limit" as 9,223,372,036,854,771,712 (PAGE_COUNTER_MAX pages)
 # (limit, usage, the memory.stat key of reclaimable page cache) per cgroup version.

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from kvplan.errors import DeviceError, KvplanError
 from kvplan.hardware.gpus import find_gpu
+from kvplan.records import dataclass
 from kvplan.units import fmt_bytes
 from kvplan.verify.alloc import LayerCache, TokenCache, allocate
 from kvplan.verify.decode import Decoder, Reduce, StepLog

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from kvplan.capacity.kv import KindKv, KvEstimate, KvRequest, estimate_kv, pp_stage_layers
 from kvplan.errors import InputError
 from kvplan.model.dtypes import KvDtype, resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import LayerSpec, ModelSpec
+from kvplan.records import dataclass
 from kvplan.sources.resolve import resolve_model
 
 LAYOUTS = ("paged", "contiguous")

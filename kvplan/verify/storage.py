@@ -6,11 +6,11 @@ as `KvDtype.vector_bytes` counts them: int8 D=128 -> 128 code bytes + one fp32 s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from kvplan.model.dtypes import KvDtype
+from kvplan.records import dataclass
 from kvplan.units import cdiv
 
 # FP4 E2M1 magnitudes (1 sign bit, 2 exponent bits, 1 mantissa bit): the eight values NVFP4 can hold.

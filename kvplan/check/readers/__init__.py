@@ -9,7 +9,6 @@ model server). The first format whose detector accepts a document reads it, so m
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from kvplan.check.invocation import engine_of_image
@@ -28,6 +27,7 @@ from kvplan.check.readers.ray import is_ray_serve_config, is_ray_service, ray_se
 from kvplan.check.readers.skypilot import is_skypilot_task, skypilot_requests
 from kvplan.check.readers.vllm_chart import is_vllm_chart_values, vllm_chart_requests
 from kvplan.check.readers.vllm_config import is_vllm_config, vllm_config_requests
+from kvplan.records import dataclass
 
 Reader = Callable[[Document, Mapping[str, Any]], list[DeploymentRequest]]
 

@@ -8,7 +8,6 @@ it, with `envs` and SkyPilot's own `$SKYPILOT_NUM_GPUS_PER_NODE` / `$SKYPILOT_NU
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from kvplan.check.build import Hardware, Site, build_request
@@ -16,6 +15,7 @@ from kvplan.check.invocation import find_invocation
 from kvplan.check.loader import Document
 from kvplan.check.model import DeploymentRequest, Location, Unresolved
 from kvplan.check.readers.k8s import engine_args, key_line, mapping, scalar_word, sequence
+from kvplan.records import dataclass
 
 _GPU_FIX = "name one accelerator in resources.accelerators (e.g. H100:8), or pass --gpu"
 
