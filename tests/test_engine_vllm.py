@@ -277,3 +277,27 @@ def test_vllm_install_changes_the_sampler_only_where_the_release_differs(runner)
     assert any("planned as the vllm/vllm-openai image" in n for n in image_notes)
     same = {_activation_and_notes(runner, "--vllm-version", "0.19", "--vllm-install", i)[0] for i in ("image", "wheel")}
     assert len(same) == 1
+
+
+def test_gemma4_pages_unify_by_a_longer_global_block():
+    # gemma-4-26B-A4B on one GPU, bf16: 25 sliding layers of 8,192 B/token (window 1,024) and 5 global layers
+    # of 4,096 B/token. Pages at block 16: 131,072 and 65,536 B; vLLM's unify_kv_cache_spec_page_size gives
+    # the global layers blocks of 32 tokens (65,536 divides 131,072 twice). Groups of 5 layers: 1 global and
+    # 5 sliding; a block id spans group_size = 5 tensors of one page each -> 5 x 131,072 = 655,360 B.
+    specs = ([VllmLayerSpec("sliding_window", 8192, 1024)] * 5 + [VllmLayerSpec("full_attention", 4096)]) * 5
+    layout = kv_cache_layout(specs, 16)
+    assert layout.group_size == 5 and layout.bytes_per_block == 655_360 and layout.block_size == 16
+    assert sorted((g.kind, g.block_size) for g in layout.groups) == [("full_attention", 32)] + [
+        ("sliding_window", 16)] * 5
+    # One request at 32,768 tokens, 8,192 per step: global cdiv(32,768, 32) = 1,024; each sliding group
+    # cdiv(min(1,023 + 8,192, 32,768), 16) + 1 = 577 -> 1,024 + 5 x 577 = 3,909.
+    assert layout.blocks_per_request(32768, 8192) == 3909
+    # The H200 log (vLLM 0.20.2, clinician-gemma4-26b-a4b-h200-0.20.2 in benchmarks/logs) printed 71.67 GiB
+    # and 30.04x: 71.67 GiB / 655,360 B = 117,424 blocks, less the null block, / 3,909 = 30.04.
+    assert round((round(71.67 * GiB) // 655_360 - 1) / 3909, 2) == 30.04
+
+
+def test_pages_that_do_not_divide_are_refused_with_both_sizes():
+    specs = [VllmLayerSpec("sliding_window", 6144, 128), VllmLayerSpec("full_attention", 4096)]
+    with pytest.raises(InputError, match="pages of 65,536 B and 98,304 B"):
+        kv_cache_layout(specs, 16)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kvplan.engines.vllm_memory import moe_workspace_bytes
-from kvplan.model.dtypes import FLOAT16
+from kvplan.model.dtypes import BFLOAT16, FLOAT16
 from kvplan.model.kinds import LayerKind
 from kvplan.model.parse import parse_config
 from kvplan.model.specs import AttentionSpec, FullAttentionSpec, ModelSpec
@@ -103,3 +103,41 @@ def test_every_attention_spec_is_the_geometry_of_its_layer(entry: library.Librar
     for i, spec in enumerate(model.layers):
         if isinstance(spec, AttentionSpec):  # full, sliding and chunked layers
             assert (spec.num_kv_heads, spec.head_dim, spec.v_dim) == (g.kv_heads[i], g.head_dim, g.v_head_dim)
+
+
+def gemma4_style(**overrides: object) -> dict:
+    """gemma-4-26B-A4B's attention, 6 layers: 5 sliding (8 KV heads of 256, window 1,024) then 1 global
+    (global_head_dim 512, num_global_key_value_heads 2, attention_k_eq_v: V is the K projection). Dense MLP
+    only, to keep the weight count plain."""
+    cfg = {
+        "model_type": "gemma4_text", "hidden_size": 2816, "num_hidden_layers": 6, "num_attention_heads": 16,
+        "num_key_value_heads": 8, "head_dim": 256, "global_head_dim": 512, "num_global_key_value_heads": 2,
+        "attention_k_eq_v": True, "sliding_window": 1024, "intermediate_size": 2112, "vocab_size": 262144,
+        "layer_types": ["sliding_attention"] * 5 + ["full_attention"], "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+    cfg.update(overrides)
+    return cfg
+
+
+def test_gemma4_global_layers_have_their_own_heads_in_the_cache():
+    m = _parse(gemma4_style())
+    sliding, glob = m.layers[0], m.layers[5]
+    assert isinstance(sliding, AttentionSpec) and isinstance(glob, AttentionSpec)
+    assert (sliding.num_kv_heads, sliding.head_dim, sliding.v_dim) == (8, 256, 256)
+    assert (glob.num_kv_heads, glob.head_dim, glob.v_dim) == (2, 512, 512)
+    # bf16 bytes per token: sliding 8 x (256 + 256) x 2 = 8,192; global 2 x (512 + 512) x 2 = 4,096. K = V
+    # shares the projection, not the cache: vLLM stores V after its own norm.
+    assert sliding.kv_bytes_per_token(BFLOAT16, 1) == 8_192
+    assert glob.kv_bytes_per_token(BFLOAT16, 1) == 4_096
+
+
+def test_gemma4_global_layers_count_no_v_proj():
+    # Attention weights: sliding q 2816 x 16 x 256 + k and v 2816 x 8 x 256 each + o 16 x 256 x 2816
+    # = 11,534,336 + 2 x 5,767,168 + 11,534,336 = 34,603,008 per layer, x 5 = 173,015,040; global
+    # q 2816 x 16 x 512 = 23,068,672 + k 2816 x 2 x 512 = 2,883,584 (no v_proj) + o 23,068,672
+    # = 49,020,928. Total 222,035,968.
+    assert _group(_parse(gemma4_style()), "attention") == 222_035_968
+    # Without attention_k_eq_v the global layers keep num_key_value_heads (8 of 512) and a v_proj:
+    # q 23,068,672 + k and v 2816 x 8 x 512 = 11,534,336 each + o 23,068,672 = 69,206,016.
+    assert _group(_parse(gemma4_style(attention_k_eq_v=False)), "attention") == 173_015_040 + 69_206_016

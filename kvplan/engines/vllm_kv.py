@@ -41,6 +41,7 @@ class KvGroup:
     window_tokens: int
     bytes_per_token: int
     state_bytes: int
+    block_size: int  # tokens per block of this group: raised where its page was smaller than the largest
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class KvCacheLayout:
 
     groups: tuple[KvGroup, ...]
     group_size: int  # layers per group = tensors sharing one block id
-    block_size: int  # tokens per block (raised for Mamba hybrids)
+    block_size: int  # the smallest group's tokens per block (raised for Mamba hybrids), as vLLM reports it
     page_bytes: int  # one layer's page: bytes of one block in one layer
 
     @property
@@ -64,10 +65,7 @@ class KvCacheLayout:
         start mid-block). Chunked local C: cdiv(min(C + T, L), B). Mamba: one block (its state).
         Gemma-3-12B at L = T = 8,192, B = 16: 512 + 5 x 513 = 3,077 blocks.
         """
-        total = 0
-        for g in self.groups:
-            total += _group_blocks(g, self.block_size, max_model_len, max_num_batched_tokens)
-        return total
+        return sum(_group_blocks(g, g.block_size, max_model_len, max_num_batched_tokens) for g in self.groups)
 
 
 def _group_blocks(g: KvGroup, block_size: int, max_model_len: int, batched: int) -> int:
@@ -139,16 +137,11 @@ def kv_cache_layout(specs: list[VllmLayerSpec], block_size: int, *, block_size_s
     pages = {k: (v[0].state_bytes if v[0].kind == "mamba" else v[0].bytes_per_token * block) for k, v in by_key.items()}
     page = max(pages.values())  # Mamba pages are padded up to the attention page
     counts = [len(v) for v in by_key.values()]
-    attn_pages = {p for k, p in pages.items() if by_key[k][0].kind != "mamba"}
     if len(by_key) == 1:
         s = specs[0]
-        return KvCacheLayout((KvGroup(s.kind, len(specs), s.window_tokens, s.bytes_per_token, s.state_bytes),),
+        return KvCacheLayout((KvGroup(s.kind, len(specs), s.window_tokens, s.bytes_per_token, s.state_bytes, block),),
                              len(specs), block, page)
-    if len(attn_pages) > 1 or any(page % p for p in attn_pages):
-        raise InputError(
-            "layers with different KV page sizes on one rank; vLLM cannot unify them (--block-size or "
-            "--kv-cache-dtype may help)"
-        )
+    blocks = {k: block if by_key[k][0].kind == "mamba" else _unified_block(block, p, page) for k, p in pages.items()}
     # Groups of equal size: the smallest kind's layer count, or the largest when they are within 1.5x
     # (gpt-oss-20b: 12 sliding + 12 full -> 2 groups of 12; Gemma-3-4B: 5 full + 29 sliding -> size 5,
     # 1 + 6 groups, the last sliding group padded by one layer).
@@ -156,9 +149,22 @@ def kv_cache_layout(specs: list[VllmLayerSpec], block_size: int, *, block_size_s
     if max(counts) < min(counts) * 1.5:
         group_size = max(counts)
     groups: list[KvGroup] = []
-    for members in by_key.values():
+    for key, members in by_key.items():
         n_groups = cdiv(len(members), group_size)
         s = members[0]
         for i in range(n_groups):
-            groups.append(KvGroup(s.kind, len(members[i::n_groups]), s.window_tokens, s.bytes_per_token, s.state_bytes))
-    return KvCacheLayout(tuple(groups), group_size, block, page)
+            groups.append(KvGroup(s.kind, len(members[i::n_groups]), s.window_tokens, s.bytes_per_token,
+                                  s.state_bytes, blocks[key]))
+    return KvCacheLayout(tuple(groups), group_size, min(g.block_size for g in groups), page)
+
+
+def _unified_block(block: int, page: int, largest: int) -> int:
+    """unify_kv_cache_spec_page_size: a layer whose page is smaller than the largest takes a block that many
+    times longer, when the page divides it. Gemma 4: sliding 8 x 256 x 2 x 2 B x 16 = 131,072 B a page,
+    global 2 x 512 x 2 x 2 B x 16 = 65,536 -> the global layers' blocks hold 32 tokens."""
+    if largest % page:
+        raise InputError(
+            f"layers with KV pages of {page:,} B and {largest:,} B on one rank; vLLM unifies pages only where the "
+            "smaller divides the larger (--block-size or --kv-cache-dtype may help)"
+        )
+    return block * (largest // page)

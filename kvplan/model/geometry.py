@@ -75,6 +75,8 @@ class Geometry:
     head_dim: int
     v_head_dim: int  # the V width (MLA: its v_head_dim); equal to head_dim in most models
     kv_heads: tuple[int, ...]  # per layer
+    head_dims: tuple[int, ...]  # per layer: head_dim, or the global layers' own (Gemma 4: 256 and 512)
+    v_from_k: tuple[bool, ...]  # per layer: V is projected by k_proj (Gemma 4 global layers: no v_proj)
     layer_kinds: tuple[LayerKind, ...]  # per layer
     kv_source: tuple[int, ...]  # per layer, the layer whose KV it reads: itself, unless SHARED_KV
     intermediate_sizes: tuple[int, ...]  # MLP width per layer; () where the config states none (GPT-2)
@@ -103,6 +105,10 @@ class Geometry:
         other attention the whole head (a partial_rotary_factor is not applied)."""
         return self.mla.qk_rope_head_dim if self.mla is not None else self.head_dim
 
+    def v_dim(self, i: int) -> int:
+        """Layer i's V width: v_head_dim, unless the layer has a head size of its own (then V's is the same)."""
+        return self.v_head_dim if self.head_dims[i] == self.head_dim else self.head_dims[i]
+
     def layers_of(self, *kinds: LayerKind) -> list[int]:
         """Indices of the layers of any of `kinds`: Gemma-2's sliding layers are [0, 2, 4, ...]."""
         return [i for i, kind in enumerate(self.layer_kinds) if kind in kinds]
@@ -126,12 +132,15 @@ def read_geometry(cfg: ConfigReader, raw: dict[str, Any], *, model_type: str, te
 
     mla = _mla(cfg) if LayerKind.MLA in kinds else None
     intermediate = _intermediate_sizes(cfg, num_layers)
+    head_dims, kv_heads, v_from_k = _global_layers(cfg, kinds, head_dim, kv_heads, num_heads)
     return Geometry(
         hidden_size=hidden,
         num_attention_heads=num_heads,
         head_dim=head_dim,
         v_head_dim=mla.v_head_dim if mla else (cfg.opt_int("v_head_dim") or head_dim),
         kv_heads=tuple(kv_heads),
+        head_dims=tuple(head_dims),
+        v_from_k=tuple(v_from_k),
         layer_kinds=kinds,
         kv_source=kv_source,
         intermediate_sizes=intermediate,
@@ -147,6 +156,26 @@ def read_geometry(cfg: ConfigReader, raw: dict[str, Any], *, model_type: str, te
         mamba=_mamba(cfg, model_type, hidden) if LayerKind.MAMBA in mixers else None,
         linear_attention=_linear_attention(cfg) if LayerKind.LINEAR_ATTENTION in mixers else None,
     )
+
+
+def _global_layers(cfg: ConfigReader, kinds: tuple[LayerKind, ...], head_dim: int, kv_heads: list[int],
+                   num_heads: int) -> tuple[list[int], list[int], list[bool]]:
+    """Head size, KV heads and whether V comes from k_proj, per layer. Gemma 4's full-attention ("global")
+    layers differ from its sliding ones: global_head_dim wide heads, and with attention_k_eq_v
+    num_global_key_value_heads of them whose V is the K projection (gemma-4-26B-A4B: sliding 8 x 256,
+    global 2 x 512, K = V). Every other model: head_dim and its KV heads on every layer."""
+    global_dim = cfg.opt_int("global_head_dim")
+    k_eq_v = cfg.flag("attention_k_eq_v", False)
+    global_kv = cfg.opt_int("num_global_key_value_heads") if k_eq_v else None
+    if global_kv is not None and (global_kv > num_heads or num_heads % global_kv):
+        raise cfg.error("num_global_key_value_heads", f"{global_kv} KV heads do not divide {num_heads} attention heads")
+    dims, heads, from_k = [], [], []
+    for kind, kv in zip(kinds, kv_heads, strict=True):
+        is_global = kind == LayerKind.FULL_ATTENTION
+        dims.append(global_dim if is_global and global_dim else head_dim)
+        heads.append(global_kv if is_global and global_kv else kv)
+        from_k.append(is_global and k_eq_v)
+    return dims, heads, from_k
 
 
 def _head_dim(cfg: ConfigReader, hidden: int, num_heads: int) -> int:

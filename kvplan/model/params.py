@@ -150,17 +150,28 @@ def _qkvo(
     kv_layers: list[int] | None = None, qkv_bias: bool = False, o_bias: bool = False, q_gate: bool = False,
 ) -> None:
     """Plain q/k/v/o projections over `layers`; k and v only on `kv_layers` (Gemma 3n's shared layers have
-    none), grouped by each layer's KV heads. `q_gate`: Qwen3-Next's q_proj also yields a per-head output
-    gate, twice the width."""
-    hidden, heads, head_dim, v_dim = g.hidden_size, g.num_attention_heads, g.head_dim, g.v_head_dim
+    none), grouped by each layer's head size and KV heads; no v_proj where V is K's projection (Gemma 4's
+    global layers). `q_gate`: Qwen3-Next's q_proj also yields a per-head output gate, twice the width."""
+    hidden, heads = g.hidden_size, g.num_attention_heads
     kv_layers = layers if kv_layers is None else kv_layers
-    c.linear("attention", module + ".q_proj", hidden, heads * head_dim * (2 if q_gate else 1), layers=layers,
-             bias=qkv_bias)
-    for kv in sorted({g.kv_heads[i] for i in kv_layers}):
-        same = [i for i in kv_layers if g.kv_heads[i] == kv]
+    for (head_dim, v_dim), same in _grouped(layers, lambda i: (g.head_dims[i], g.v_dim(i))):
+        c.linear("attention", module + ".q_proj", hidden, heads * head_dim * (2 if q_gate else 1), layers=same,
+                 bias=qkv_bias)
+        c.linear("attention", module + ".o_proj", heads * v_dim, hidden, layers=same, bias=o_bias)
+    for (kv, head_dim, v_dim, v_from_k), same in _grouped(
+        kv_layers, lambda i: (g.kv_heads[i], g.head_dims[i], g.v_dim(i), g.v_from_k[i])
+    ):
         c.linear("attention", module + ".k_proj", hidden, kv * head_dim, layers=same, bias=qkv_bias)
-        c.linear("attention", module + ".v_proj", hidden, kv * v_dim, layers=same, bias=qkv_bias)
-    c.linear("attention", module + ".o_proj", heads * v_dim, hidden, layers=layers, bias=o_bias)
+        if not v_from_k:
+            c.linear("attention", module + ".v_proj", hidden, kv * v_dim, layers=same, bias=qkv_bias)
+
+
+def _grouped(layers: list[int], key: Callable[[int], tuple[int, ...]]) -> list[tuple[tuple[int, ...], list[int]]]:
+    """`layers` grouped by key(layer), in the order of the keys: one projection entry per distinct shape."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i in layers:
+        groups.setdefault(key(i), []).append(i)
+    return sorted(groups.items())
 
 
 def _decoder(c: _Counter, g: Geometry, cfg: ConfigReader, text_type: str) -> None:

@@ -235,25 +235,25 @@ def _vision_cfg(raw: dict, source: str, notes: list[str]) -> ConfigReader | None
 # ---- one spec per layer, by kind ------------------------------------------------------------------------
 
 
-def _v_head_dim(g: Geometry) -> int | None:
-    """The V width an attention spec records: None when V is as wide as K (nearly every model)."""
-    return None if g.v_head_dim == g.head_dim else g.v_head_dim
+def _v_head_dim(g: Geometry, i: int) -> int | None:
+    """The V width layer i's attention spec records: None when V is as wide as K (nearly every model)."""
+    return None if g.v_dim(i) == g.head_dims[i] else g.v_dim(i)
 
 
 def _full(g: Geometry, cfg: ConfigReader, i: int) -> LayerSpec:
-    return FullAttentionSpec(g.kv_heads[i], g.head_dim, _v_head_dim(g))
+    return FullAttentionSpec(g.kv_heads[i], g.head_dims[i], _v_head_dim(g, i))
 
 
 def _sliding(g: Geometry, cfg: ConfigReader, i: int) -> LayerSpec:
     if g.sliding_window is None:
         raise cfg.error("sliding_window", "is missing but layers use sliding attention")
-    return SlidingWindowSpec(g.kv_heads[i], g.head_dim, _v_head_dim(g), sliding_window=g.sliding_window)
+    return SlidingWindowSpec(g.kv_heads[i], g.head_dims[i], _v_head_dim(g, i), sliding_window=g.sliding_window)
 
 
 def _chunked(g: Geometry, cfg: ConfigReader, i: int) -> LayerSpec:
     if g.attention_chunk_size is None:
         raise cfg.error("attention_chunk_size", "is missing but layers use chunked attention")
-    return ChunkedLocalAttentionSpec(g.kv_heads[i], g.head_dim, _v_head_dim(g),
+    return ChunkedLocalAttentionSpec(g.kv_heads[i], g.head_dims[i], _v_head_dim(g, i),
                                      attention_chunk_size=g.attention_chunk_size)
 
 
