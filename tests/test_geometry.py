@@ -141,3 +141,25 @@ def test_gemma4_global_layers_count_no_v_proj():
     # Without attention_k_eq_v the global layers keep num_key_value_heads (8 of 512) and a v_proj:
     # q 23,068,672 + k and v 2816 x 8 x 512 = 11,534,336 each + o 23,068,672 = 69,206,016.
     assert _group(_parse(gemma4_style(attention_k_eq_v=False)), "attention") == 173_015_040 + 69_206_016
+
+
+GEMMA4_VISION = {
+    "model_type": "gemma4_vision", "hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27,
+    "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 72, "patch_size": 16,
+    "position_embedding_size": 10240, "attention_bias": False,
+}
+
+
+def test_gemma4_moe_layers_keep_their_dense_mlp_and_the_vision_tower_is_sized():
+    text = gemma4_style(num_experts=128, top_k_experts=8, moe_intermediate_size=704, enable_moe_block=True)
+    m = _parse({"model_type": "gemma4", "text_config": text, "vision_config": GEMMA4_VISION,
+                "tie_word_embeddings": True})
+    # Dense MLP beside the experts, every layer: 6 x 3 x 2,816 x 2,112 = 107,053,056.
+    assert _group(m, "mlp") == 107_053_056
+    # Routed experts: 6 x 128 x 3 x 2,816 x 704 = 4,567,597,056.
+    assert _group(m, "experts") == 4_567_597_056
+    # Vision: patch 3 x 16 x 16 x 1,152 = 884,736; positions 2 x 10,240 x 1,152 = 23,592,960; per layer
+    # q, k, v, o 4 x 1,152^2 = 5,308,416 and gate, up, down 3 x 1,152 x 4,304 = 14,874,624, x 27 =
+    # 544,942,080; norms 27 x (4 x 1,152 + 2 x 72) = 128,304; projector 1,152 x 2,816 = 3,244,032.
+    assert _group(m, "vision") + _group(m, "vision_unquantized") == 572_792_112
+    assert not any("vision tower" in note for note in m.notes)

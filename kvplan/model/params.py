@@ -264,6 +264,10 @@ def _mlp_stack(c: _Counter, g: Geometry, cfg: ConfigReader, bias: bool, text_typ
     elif moe.shared_experts:
         _gated_mlp(c, "shared_experts", ff + ".shared_experts", hidden,
                    moe.shared_experts * moe.expert_intermediate_size, sparse, False)
+    elif cfg.flag("enable_moe_block", False):
+        # Gemma 4: each MoE layer keeps a dense MLP of intermediate_size beside its routed experts
+        # (gemma-4-26B-A4B: 30 x 3 x 2,816 x 2,112 = 535,265,280 parameters).
+        _dense_mlps(c, ff, hidden, widths, sparse, bias)
     elif moe.shared_expert_intermediate_size:
         _gated_mlp(c, "shared_experts", ff + ".shared_expert", hidden, moe.shared_expert_intermediate_size, sparse,
                    False)
@@ -567,9 +571,35 @@ def _qwen2_5_vl_vision(c: _Counter, v: ConfigReader, text_hidden: int) -> None:
     c.linear("vision", "visual.merger.mlp.2", merged, out, bias=True)
 
 
+def _gemma4_vision(c: _Counter, v: ConfigReader, text_hidden: int) -> None:
+    """Gemma 4's vision encoder and its projector into the text width; no biases anywhere.
+
+    gemma-4-26B-A4B: a patch projection 3 x 16 x 16 -> 1,152 and a learned position table of 2 axes x 10,240
+    positions x 1,152; 27 layers of 16 heads of 72 with a gated MLP of 4,304, four RMSNorms, and q and k
+    norms over the head (v's has no scale); 572,792,112 parameters in all.
+    """
+    h, inter = v.require_int("hidden_size"), v.require_int("intermediate_size")
+    layers, heads = v.require_int("num_hidden_layers"), v.require_int("num_attention_heads")
+    head_dim = v.opt_int("head_dim") or h // heads
+    kv = v.opt_int("num_key_value_heads") or heads
+    patch, positions = v.require_int("patch_size"), v.require_int("position_embedding_size")
+    every = list(range(layers))
+    e = "vision_tower.encoder.layers.{i}"
+    c.linear("vision", "vision_tower.patch_embedder.input_proj", 3 * patch * patch, h)
+    c.add("vision", 2 * positions * h)
+    c.linear("vision", e + ".self_attn.q_proj", h, heads * head_dim, layers=every)
+    c.linear("vision", e + ".self_attn.k_proj", h, kv * head_dim, layers=every)
+    c.linear("vision", e + ".self_attn.v_proj", h, kv * head_dim, layers=every)
+    c.linear("vision", e + ".self_attn.o_proj", heads * head_dim, h, layers=every)
+    _gated_mlp(c, "vision", e + ".mlp", h, inter, every, False)
+    c.add("vision", layers * (4 * h + 2 * head_dim))
+    c.linear("vision", "embed_vision.embedding_projection", h, text_hidden)
+
+
 # Vision towers kvplan sizes, by the multimodal config's model_type; the parser notes any other tower as unsized.
 VISION_TOWERS: dict[str, Callable[[_Counter, ConfigReader, int], None]] = {
     "gemma3": _siglip,
+    "gemma4": _gemma4_vision,
     "llama4": _llama4_vision,
     "qwen2_5_vl": _qwen2_5_vl_vision,
 }

@@ -221,7 +221,8 @@ def _vision_cfg(raw: dict, source: str, notes: list[str]) -> ConfigReader | None
         raise ConfigError("vision_config.model_type", f"must be a string, got {vtype!r}", source)
     top = raw.get("model_type")
     # The vision config class each sized tower uses, for the defaults of keys its vision_config omits.
-    known = {"gemma3": "siglip_vision_model", "llama4": "llama4_vision_model", "qwen2_5_vl": "qwen2_5_vl_vision"}
+    known = {"gemma3": "siglip_vision_model", "gemma4": "gemma4_vision", "llama4": "llama4_vision_model",
+             "qwen2_5_vl": "qwen2_5_vl_vision"}
     vtype = vtype or known.get(str(top))
     if str(top) not in params_mod.VISION_TOWERS:
         notes.append(
