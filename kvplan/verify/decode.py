@@ -52,6 +52,7 @@ def _latent_heads(spec: LayerSpec, q_heads: int, tp: int) -> Heads:
 
 SCORE_BYTES = 1 << 30  # attention scores one masked prefill slice may hold
 SPLIT_TOKENS = 512  # most slots one partial product of a decode step's P @ V sums over
+STATE_DECAY = 0.9  # a recurrent state keeps 90% of itself per token, so long prompts stay finite
 
 
 def _split_product(torch: ModuleType, probs: Any, vals: Any) -> Any:
@@ -66,7 +67,6 @@ def _split_product(torch: ModuleType, probs: Any, vals: Any) -> Any:
     partial = torch.bmm(probs.view(big * parts, c, group).transpose(1, 2), vals.reshape(big * parts, c, -1))
     total = partial.view(big, parts, group, -1).sum(1, dtype=torch.promote_types(probs.dtype, torch.float32))
     return total.to(probs.dtype)  # parts summed in float32 at least: 64 bf16 partials would lose bits
-STATE_DECAY = 0.9  # a recurrent state keeps 90% of itself per token, so long prompts stay finite
 
 
 class Weights:
