@@ -102,7 +102,7 @@ def test_every_attention_spec_is_the_geometry_of_its_layer(entry: library.Librar
     assert g.num_layers == model.num_layers and g.layer_kinds == tuple(s.kind for s in model.layers)
     for i, spec in enumerate(model.layers):
         if isinstance(spec, AttentionSpec):  # full, sliding and chunked layers
-            assert (spec.num_kv_heads, spec.head_dim, spec.v_dim) == (g.kv_heads[i], g.head_dim, g.v_head_dim)
+            assert (spec.num_kv_heads, spec.head_dim, spec.v_dim) == (g.kv_heads[i], g.head_dims[i], g.v_dim(i))
 
 
 def gemma4_style(**overrides: object) -> dict:

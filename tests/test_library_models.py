@@ -51,6 +51,9 @@ PINS = [
     # Gemma 3n (Transformers' class defaults, E4B-shaped): 35 layers, the last 15 reuse earlier KV, so
     # 20 x 2 x 2 KV heads x 256 x 2 B; text model only (its vision and audio towers are not sized)
     ("transformers/gemma-3n-class-defaults", 40_960, 6_835_235_568),
+    # Gemma 4: 25 sliding x 2 x 8 x 256 x 2 B + 5 global x 2 x 2 x 512 x 2 B (attention_k_eq_v: no v_proj,
+    # but V is cached) = 204,800 + 20,480; vision tower included (572,792,112 parameters)
+    ("google/gemma-4-26B-A4B", 225_280, 25_805_933_872),
     # 34 x 2 x 4 x 256 x 2 B (text_config defaults: 4 KV heads, head_dim 256)
     ("google/gemma-3-4b-it", 139_264, 4_300_079_472),
     # 40 x 2 x 8 x (2048/32 = 64) x 2 B

@@ -122,7 +122,7 @@ def count_params(
 _FLAT_MULTIMODAL = frozenset({"qwen2_5_vl", "qwen2_vl"})
 
 _ATTENTION = (LayerKind.FULL_ATTENTION, LayerKind.SLIDING_WINDOW, LayerKind.CHUNKED_LOCAL, LayerKind.SHARED_KV)
-_QK_NORM_TYPES = ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_next", "olmo2", "gemma3n_text")
+_QK_NORM_TYPES = ("qwen3", "qwen3_moe", "gemma3_text", "gemma4_text", "qwen3_next", "olmo2", "gemma3n_text")
 
 
 def _embeddings(c: _Counter, g: Geometry) -> None:
@@ -187,14 +187,15 @@ def _decoder(c: _Counter, g: Geometry, cfg: ConfigReader, text_type: str) -> Non
         attn = g.layers_of(*_ATTENTION)
         _qkvo(c, g, attn, qkv_bias=qkv_bias, o_bias=attn_bias, q_gate=text_type == "qwen3_next")
         if text_type in _QK_NORM_TYPES:
-            c.add("norms", len(attn) * 2 * g.head_dim, tp="replicated")  # q_norm and k_norm over head_dim
+            # q_norm and k_norm over each layer's head (Gemma 4: 256 on sliding layers, 512 on global ones)
+            c.add("norms", 2 * sum(g.head_dims[i] for i in attn), tp="replicated")
         if text_type == "gpt_oss":
             c.add("attention_sinks", len(attn) * g.num_attention_heads)
         if g.linear_attention is not None:
             _gated_deltanet(c, g.linear_attention, g.hidden_size, g.layers_of(LayerKind.LINEAR_ATTENTION))
 
-    # Norms: two per layer (four in Gemma 2/3: pre/post attention and feed-forward) + the final norm.
-    per_layer_norms = 4 if text_type in ("gemma2", "gemma3_text") else 2
+    # Norms: two per layer (four in Gemma 2-4: pre/post attention and feed-forward) + the final norm.
+    per_layer_norms = 4 if text_type in ("gemma2", "gemma3_text", "gemma4_text") else 2
     c.add("norms", (g.num_layers * per_layer_norms + 1) * g.hidden_size, tp="replicated")
     _mlp_stack(c, g, cfg, cfg.flag("mlp_bias", False), text_type)
 
@@ -266,8 +267,12 @@ def _mlp_stack(c: _Counter, g: Geometry, cfg: ConfigReader, bias: bool, text_typ
                    moe.shared_experts * moe.expert_intermediate_size, sparse, False)
     elif cfg.flag("enable_moe_block", False):
         # Gemma 4: each MoE layer keeps a dense MLP of intermediate_size beside its routed experts
-        # (gemma-4-26B-A4B: 30 x 3 x 2,816 x 2,112 = 535,265,280 parameters).
+        # (gemma-4-26B-A4B: 30 x 3 x 2,816 x 2,112 = 535,265,280 parameters); the expert branch has its own
+        # pre-norm and both branches a post-norm (3 x hidden), and the router scales its input (hidden) and
+        # each expert's output (num_experts).
         _dense_mlps(c, ff, hidden, widths, sparse, bias)
+        c.add("norms", len(sparse) * 3 * hidden, tp="replicated")
+        c.add("router", len(sparse) * (hidden + experts), tp="replicated")
     elif moe.shared_expert_intermediate_size:
         _gated_mlp(c, "shared_experts", ff + ".shared_expert", hidden, moe.shared_expert_intermediate_size, sparse,
                    False)

@@ -42,7 +42,8 @@ _FAMILIES = {
     "mixtral": "mixtral", "qwen2": "qwen2", "qwen2_moe": "qwen2-moe", "qwen2_5_vl": "qwen2.5-vl",
     "qwen2_5_vl_text": "qwen2.5-vl", "qwen3": "qwen3", "qwen3_moe": "qwen3-moe", "qwen3_next": "qwen3-next",
     "gemma": "gemma", "gemma2": "gemma2", "gemma3": "gemma3", "gemma3_text": "gemma3", "gemma3n": "gemma3n",
-    "gemma3n_text": "gemma3n", "granite": "granite", "granitemoe": "granite-moe",
+    "gemma3n_text": "gemma3n", "gemma4": "gemma4", "gemma4_text": "gemma4", "granite": "granite",
+    "granitemoe": "granite-moe",
     "granitemoehybrid": "granite-4", "phi": "phi", "phi3": "phi3", "opt": "opt", "gpt2": "gpt2",
     "gpt_bigcode": "gpt-bigcode", "falcon": "falcon", "RefinedWebModel": "falcon", "RefinedWeb": "falcon",
     "deepseek_v2": "deepseek", "deepseek_v3": "deepseek", "kimi_k2": "deepseek", "gpt_oss": "gpt-oss",
@@ -58,8 +59,8 @@ _SIZING_KEYS = frozenset(
 )
 
 # The text model a multimodal config nests under text_config when the nested dict names no model_type.
-_TEXT_TYPES = {"gemma3": "gemma3_text", "gemma3n": "gemma3n_text", "llama4": "llama4_text", "mistral3": "mistral",
-               "llava": "llama", "llava_next": "llama"}
+_TEXT_TYPES = {"gemma3": "gemma3_text", "gemma3n": "gemma3n_text", "gemma4": "gemma4_text", "llama4": "llama4_text",
+               "mistral3": "mistral", "llava": "llama", "llava_next": "llama"}
 
 
 @lru_cache(maxsize=1)
