@@ -221,3 +221,19 @@ def test_nvfp4_from_hf_quant_config() -> None:
     assert matrix_bytes(4096, 4096, model.quant) == 8_388_608 + 1_048_576 + 8
     with pytest.raises(ConfigError, match="quant_algo"):
         parse_config(llama_config(), name="t", source="test", hf_quant_config={"quantization": {"quant_algo": "W3"}})
+
+
+def test_modelopt_in_config_json_reads_as_hf_quant_config() -> None:
+    # Newer ModelOpt exports put the same block in config.json under quant_method "modelopt", with "ignore".
+    qc = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "ignore": ["lm_head"]}
+    from_config = parse_config(llama_config(quantization_config=qc), name="t", source="test").quant
+    hq = {"quantization": {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}}
+    from_companion = parse_config(llama_config(), name="t", source="test", hf_quant_config=hq).quant
+    assert from_config == from_companion
+
+
+def test_modelopt_mixed_precision_is_refused_with_the_key_and_the_fix() -> None:
+    # nvidia/Qwen3.6-27B-NVFP4: FP8 on some layers, W4A16_NVFP4 on the experts (one format per layer).
+    qc = {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": {}}
+    with pytest.raises(ConfigError, match=r"quantization_config\.quant_algo.*MIXED_PRECISION.*--weights-bytes"):
+        parse_config(llama_config(quantization_config=qc), name="t", source="test")

@@ -25,7 +25,7 @@ def parse_quant(qc: Any, hf_quant: Any, source: str, dtype_bytes: int = 2) -> Qu
     if hf_quant is not None:
         if not isinstance(hf_quant, dict) or not isinstance(hf_quant.get("quantization"), dict):
             raise ConfigError("hf_quant_config.quantization", "must be a JSON object", source)
-        return _modelopt(hf_quant["quantization"], source)
+        return _modelopt(hf_quant["quantization"], source, "hf_quant_config.quantization")
     if qc is None:
         return None
     if not isinstance(qc, dict):
@@ -55,6 +55,9 @@ def parse_quant(qc: Any, hf_quant: Any, source: str, dtype_bytes: int = 2) -> Qu
         return _awq_gptq(qc, method, skip, source)
     if method == "compressed-tensors":
         return _compressed_tensors(qc, source, dtype_bytes)
+    if method == "modelopt":
+        # Newer NVIDIA ModelOpt exports state in config.json what hf_quant_config.json's "quantization" holds.
+        return _modelopt(qc, source, "quantization_config")
     if method == "bitsandbytes":
         four = qc.get("load_in_4bit") is True
         # bnb 4-bit: packed nf4/fp4 values, one fp32 absmax per 64 weights (not double-quantized).
@@ -77,12 +80,16 @@ def _patterns(qc: dict, key: str, source: str, where: str = "quantization_config
     return tuple(value)
 
 
-def _modelopt(q: dict, source: str) -> QuantSpec:
-    """NVIDIA ModelOpt checkpoints (hf_quant_config.json)."""
+def _modelopt(q: dict, source: str, where: str) -> QuantSpec:
+    """NVIDIA ModelOpt checkpoints: hf_quant_config.json's "quantization", or config.json's quantization_config
+    with quant_method "modelopt" (`where` names the one read). One format for every quantized Linear."""
     algo = q.get("quant_algo")
     if not isinstance(algo, str):
-        raise ConfigError("hf_quant_config.quantization.quant_algo", f"must be a string, got {algo!r}", source)
-    excluded = _patterns(q, "exclude_modules", source, "hf_quant_config.quantization")
+        raise ConfigError(f"{where}.quant_algo", f"must be a string, got {algo!r}", source)
+    excluded = _patterns(q, "exclude_modules", source, where) + _patterns(q, "ignore", source, where)
+    if algo.upper() == "MIXED_PRECISION":
+        raise ConfigError(f"{where}.quant_algo", "MIXED_PRECISION (a format per layer) is not sized by kvplan; "
+                          "pass --weights-bytes, or --weights-from-hub to read the checkpoint's exact bytes", source)
     if algo.upper() == "FP8":
         # fp8 weight + an fp32 weight_scale and an fp32 input_scale per Linear (static per-tensor).
         return QuantSpec("modelopt-fp8", 8, scale_bytes=8, excluded=excluded,
@@ -90,11 +97,10 @@ def _modelopt(q: dict, source: str) -> QuantSpec:
     if algo.upper() == "NVFP4":
         group = q.get("group_size", 16)
         if not _pos_int(group):
-            raise ConfigError("hf_quant_config.quantization.group_size", f"must be a positive integer, got {group!r}",
-                              source)
+            raise ConfigError(f"{where}.group_size", f"must be a positive integer, got {group!r}", source)
         return QuantSpec("nvfp4", 4, group_size=group, scale_bytes=1, excluded=excluded,
                          note=f"ModelOpt NVFP4, one fp8 scale per {group} weights + fp32 global scales")
-    raise ConfigError("hf_quant_config.quantization.quant_algo", f"unsupported algorithm {algo!r}", source)
+    raise ConfigError(f"{where}.quant_algo", f"unsupported algorithm {algo!r}", source)
 
 
 def _awq_gptq(qc: dict, method: str, skip: tuple[str, ...], source: str) -> QuantSpec:
