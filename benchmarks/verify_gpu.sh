@@ -61,4 +61,6 @@ run llama-3.1-8b-32k-x16 meta-llama/Llama-3.1-8B-Instruct --seq 32768 --batch 16
 run deepseek-v2-lite-mla-32k-x16 deepseek-ai/DeepSeek-V2-Lite --seq 32768 --batch 16 --layout contiguous --steps 16
 # Sliding windows: gpt-oss-20b alternates 128-token windows with full attention (paged, as vLLM runs it).
 run gpt-oss-20b-sliding-16k-x16 openai/gpt-oss-20b --seq 16384 --batch 16 --layout paged --steps 16
+# Where a decode step's time goes (the operators with the most device time), for the bandwidth aim.
+"$PY" benchmarks/decode_profile.py meta-llama/Llama-3.1-8B-Instruct 32768 16 contiguous "$RESULTS/decode_profile.txt"
 exit $status

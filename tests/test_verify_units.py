@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -13,6 +15,7 @@ from kvplan.verify.decode import SPLIT_TOKENS, _split_product  # noqa: E402
 from kvplan.verify.measure import ByteMeter  # noqa: E402
 from kvplan.verify.rank import FLOAT32_TOLERANCE, check_tolerance  # noqa: E402
 from kvplan.verify.storage import ROUNDOFF  # noqa: E402
+from tests.conftest import REPO  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -65,3 +68,17 @@ def test_the_split_product_equals_one_product(slots):
     assert split.shape == (3, 4, 5)
     assert torch.allclose(split, whole, rtol=1e-9, atol=1e-9)
     assert SPLIT_TOKENS == 512
+
+
+@pytest.mark.slow
+def test_the_decode_profile_script_runs_on_the_host(tmp_path):
+    # benchmarks/decode_profile.py is what the next GPU run reads for the bandwidth aim; keep it working.
+    out = tmp_path / "profile.txt"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/decode_profile.py", "meta-llama/Llama-3.2-1B-Instruct", "64", "2", "paged",
+         str(out)], capture_output=True, text=True, cwd=REPO, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    # 16 layers x 8 KV heads x (64 + 64) x 2 B x 64 paged slots x 2 requests = 4,194,304 B read a step.
+    assert "KV read 4,194,304 B a step" in text and "aten::bmm" in text
