@@ -27,6 +27,7 @@ from kvplan.model.specs import ModelSpec
 from kvplan.planner.verdict import Verdict, plan
 from kvplan.records import dataclass
 from kvplan.sources.resolve import resolve_model
+from kvplan.units import GiB
 
 TOLERANCE = 0.005  # the loop's target: the same deployment reproduces the log within 0.5%
 REFUSED_FOR_KV = ("no_kv_memory", "one_request")
@@ -223,7 +224,7 @@ def _weights(log: StartupLog) -> tuple[WeightsChoice, list[str]]:
             quantization = s.quantization
         except FieldError:
             notes.append(f"quantization {s.quantization} is read from the model's config, not applied at load")
-    offload = round((s.cpu_offload_gb or 0) * (1 << 30))
+    offload = round((s.cpu_offload_gb or 0) * GiB)
     return WeightsChoice(dtype=dtype, quantization=quantization, cpu_offload_bytes=offload), notes
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvplan.errors import FieldError, InputError
+from kvplan.units import GiB
 
 if TYPE_CHECKING:
     from kvplan.planner.fixes import Change
@@ -157,7 +158,7 @@ def flag_error(exc: FieldError, engine: str | None = None) -> InputError:
 
 def _gib_value(field: str, value: object) -> object:
     if field == "weights.cpu_offload_bytes" and isinstance(value, int):
-        return f"{value / (1 << 30):g}"
+        return f"{value / GiB:g}"
     return value
 
 

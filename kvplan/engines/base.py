@@ -13,6 +13,7 @@ from dataclasses import field
 from typing import Any, ClassVar, Protocol
 
 from kvplan.capacity.deployment import Deployment, EngineOptions, Parallelism
+from kvplan.errors import FieldError
 from kvplan.records import dataclass
 
 # Why an engine would refuse a deployment at start-up, as stable codes (the JSON's `reason.code`).
@@ -29,6 +30,19 @@ REFUSAL_CODES = {
     "sampler_warmup_oom": "out of memory in the sampler warm-up after the KV cache was allocated",
     "gpus": "fewer GPUs than the parallelism needs",
 }
+
+
+# Counts an engine option may hold (tokens, requests, block sizes): 2^30 bounds what a planner can mean and
+# keeps every product of them inside exact integer arithmetic.
+MAX_COUNT = 1 << 30
+
+
+def check_counts(options: object, names: tuple[str, ...]) -> None:
+    """Each of `names` on `options` is None (the engine's default) or a count from 1 to 2^30."""
+    for name in names:
+        value = getattr(options, name)
+        if value is not None and not 1 <= value <= MAX_COUNT:
+            raise FieldError(f"engine.{name}", "must be between 1 and 2^30", value)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.capacity.kv import pp_stage_layers
-from kvplan.engines.base import Calibration, EngineAccount, Knobs, KvPool, MemoryTerm, Refusal
+from kvplan.engines.base import Calibration, EngineAccount, Knobs, KvPool, MemoryTerm, Refusal, check_counts
 from kvplan.engines.box import BoxTerms, box_terms
 from kvplan.engines.release import CURRENT, release_text
 from kvplan.engines.sglang_releases import (
@@ -92,11 +92,8 @@ class SglangOptions:
         f = self.mem_fraction_static
         if f is not None and not 0 < f < 1:
             raise FieldError("engine.mem_fraction_static", "must be in (0, 1)", f)
-        for name in ("page_size", "max_running_requests", "chunked_prefill_size", "cuda_graph_max_bs",
-                     "max_total_tokens"):
-            value = getattr(self, name)
-            if value is not None and not 1 <= value <= 1 << 30:
-                raise FieldError(f"engine.{name}", "must be between 1 and 2^30", value)
+        check_counts(self, ("page_size", "max_running_requests", "chunked_prefill_size", "cuda_graph_max_bs",
+                            "max_total_tokens"))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
-from kvplan.engines.base import Calibration, EngineAccount, Knobs, MemoryTerm
+from kvplan.engines.base import Calibration, EngineAccount, Knobs, MemoryTerm, check_counts
 from kvplan.engines.generic import paged_account, rank_weights_bytes
 from kvplan.engines.vllm_memory import NON_TORCH, activation_peak_bytes, non_torch_class
 from kvplan.errors import FieldError
@@ -54,10 +54,8 @@ class TgiOptions:
     def validate(self) -> None:
         if not 0 < self.cuda_memory_fraction <= 1:
             raise FieldError("engine.cuda_memory_fraction", "must be in (0, 1]", self.cuda_memory_fraction)
-        for name in ("max_batch_size", "max_batch_total_tokens", "max_total_tokens_cap", "max_batch_prefill_tokens"):
-            value = getattr(self, name)
-            if value is not None and not 1 <= value <= 1 << 30:
-                raise FieldError(f"engine.{name}", "must be between 1 and 2^30", value)
+        check_counts(self, ("max_batch_size", "max_batch_total_tokens", "max_total_tokens_cap",
+                            "max_batch_prefill_tokens"))
 
 
 

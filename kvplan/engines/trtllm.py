@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.capacity.kv import pp_stage_layers
-from kvplan.engines.base import Calibration, EngineAccount, Knobs, KvPool, MemoryTerm, Refusal
+from kvplan.engines.base import Calibration, EngineAccount, Knobs, KvPool, MemoryTerm, Refusal, check_counts
 from kvplan.engines.box import BoxTerms, box_terms
 from kvplan.engines.release import CURRENT
 from kvplan.engines.vllm_memory import NON_TORCH, WeightSplit, activation_peak_bytes, non_torch_class, weights_per_stage
@@ -77,10 +77,7 @@ class TrtllmOptions:
         f = self.free_gpu_memory_fraction
         if f is not None and not 0 <= f <= 1:
             raise FieldError("engine.free_gpu_memory_fraction", "must be in [0, 1]", f)
-        for name in ("max_tokens", "tokens_per_block", "max_batch_size", "max_num_tokens"):
-            value = getattr(self, name)
-            if value is not None and not 1 <= value <= 1 << 30:
-                raise FieldError(f"engine.{name}", "must be between 1 and 2^30", value)
+        check_counts(self, ("max_tokens", "tokens_per_block", "max_batch_size", "max_num_tokens"))
 
 
 @dataclass(frozen=True)

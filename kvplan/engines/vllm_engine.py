@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
-from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal
+from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal, check_counts
 from kvplan.engines.vllm import INSTALLS, USAGES, VllmFlags, VllmReport, plan_vllm
 from kvplan.engines.vllm_calibration import calibration_for
 from kvplan.engines.vllm_memory import StageMemory, WeightSplit
@@ -56,10 +56,7 @@ class VllmOptions:
         u = self.gpu_memory_utilization
         if u is not None and not 0 < u <= 1:
             raise FieldError("engine.gpu_memory_utilization", "must be in (0, 1]", u)
-        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
-            value = getattr(self, name)
-            if value is not None and not 1 <= value <= 1 << 30:
-                raise FieldError(f"engine.{name}", "must be between 1 and 2^30", value)
+        check_counts(self, ("block_size", "max_num_seqs", "max_num_batched_tokens"))
         if self.kv_cache_memory_bytes is not None and not 0 < self.kv_cache_memory_bytes < 1 << 50:
             raise FieldError("engine.kv_cache_memory_bytes", "must be a positive size", self.kv_cache_memory_bytes)
         if self.kv_cache_memory_bytes is not None and not self.rules.kv_cache_memory_option:
