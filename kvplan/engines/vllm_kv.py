@@ -50,8 +50,12 @@ class KvCacheLayout:
 
     groups: tuple[KvGroup, ...]
     group_size: int  # layers per group = tensors sharing one block id
-    block_size: int  # the smallest group's tokens per block (raised for Mamba hybrids), as vLLM reports it
     page_bytes: int  # one layer's page: bytes of one block in one layer
+
+    @property
+    def block_size(self) -> int:
+        """The smallest group's tokens per block (raised for Mamba hybrids), the one vLLM reports."""
+        return min(g.block_size for g in self.groups)
 
     @property
     def bytes_per_block(self) -> int:
@@ -140,7 +144,7 @@ def kv_cache_layout(specs: list[VllmLayerSpec], block_size: int, *, block_size_s
     if len(by_key) == 1:
         s = specs[0]
         return KvCacheLayout((KvGroup(s.kind, len(specs), s.window_tokens, s.bytes_per_token, s.state_bytes, block),),
-                             len(specs), block, page)
+                             len(specs), page)
     blocks = {k: block if by_key[k][0].kind == "mamba" else _unified_block(block, p, page) for k, p in pages.items()}
     # Groups of equal size: the smallest kind's layer count, or the largest when they are within 1.5x
     # (gpt-oss-20b: 12 sliding + 12 full -> 2 groups of 12; Gemma-3-4B: 5 full + 29 sliding -> size 5,
@@ -155,7 +159,7 @@ def kv_cache_layout(specs: list[VllmLayerSpec], block_size: int, *, block_size_s
         for i in range(n_groups):
             groups.append(KvGroup(s.kind, len(members[i::n_groups]), s.window_tokens, s.bytes_per_token,
                                   s.state_bytes, blocks[key]))
-    return KvCacheLayout(tuple(groups), group_size, min(g.block_size for g in groups), page)
+    return KvCacheLayout(tuple(groups), group_size, page)
 
 
 def _unified_block(block: int, page: int, largest: int) -> int:
