@@ -13,7 +13,15 @@ from dataclasses import field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvplan.capacity.deployment import BoxProfile, Deployment, EngineOptions, Parallelism, WeightsChoice, Workload
+from kvplan.capacity.deployment import (
+    BoxProfile,
+    Deployment,
+    EngineOptions,
+    Parallelism,
+    WeightsChoice,
+    Workload,
+    options_dict,
+)
 from kvplan.capacity.kv import KvEstimate, KvRequest, estimate_kv
 from kvplan.capacity.weights import WeightEstimate, estimate_weights
 from kvplan.engines import get_engine
@@ -240,7 +248,7 @@ def _document(r: EstimateResult) -> dict[str, Any]:
         values = {json_key(g[key]) for g in gpus}
         headline[key] = gpus[0][key] if (r.gpu_named and len(gpus) == 1) or len(values) == 1 else None
     first = r.results[0].verdict
-    engine_options = {k: v for k, v in vars(req.engine).items()}
+    engine_options = options_dict(req.engine)
     return {
         "schema_version": SCHEMA_VERSION,
         "model": {

@@ -6,17 +6,18 @@ from __future__ import annotations
 import pytest
 
 from kvplan.capacity.deployment import BoxProfile, Deployment, Parallelism, Workload
+from kvplan.engines.allocator import segment_bytes
 from kvplan.engines.sglang import (
-    CONTEXT_BYTES,
     MAMBA_FULL_MEMORY_RATIO,
     SglangEngine,
     SglangOptions,
     gpu_defaults,
+    loaded_tensor_bytes,
     max_running_requests,
     plan_sglang,
 )
 from kvplan.engines.sglang_releases import release_of, rules_for
-from kvplan.engines.vllm_memory import weights_per_stage
+from kvplan.engines.vllm_memory import CONTEXT_BYTES, weights_per_stage
 from kvplan.errors import FieldError
 from kvplan.hardware.gpus import custom_gpu, find_gpu
 from kvplan.planner.verdict import plan
@@ -122,12 +123,28 @@ def test_token_pool_formula_llama():
     d = _d("meta-llama/Llama-3.1-8B-Instruct")
     r = plan_sglang(d)
     free = 80 * GiB - CONTEXT_BYTES
-    weights = weights_per_stage(d.model, dtype="bfloat16", tp=1, pp=1, quantization=None)[0][0]
+    # Every Llama-3.1-8B matrix is a whole number of 2 MiB (qkv 48 MiB, o 32, gate_up 224, down 112, embedding
+    # and head 1,002 MiB each); only the 65 norms (532,480 B) round, up to one 2 MiB segment: +1,564,672 B.
+    weights = weights_per_stage(d.model, dtype="bfloat16", tp=1, pp=1, quantization=None)[0][0] + 1_564_672
     rest = free - weights - round(free * (1 - 0.85))
     # cell = 32 layers x 8 heads x 128 x 2 (K, V) x 2 B = 131,072 B per token.
     assert r.cell_size_bytes == 131_072
     assert r.available_kv_bytes == rest
     assert r.max_total_num_tokens == rest // 131_072
+
+
+def test_weights_are_counted_in_allocator_segments():
+    # Qwen2.5-32B (QwQ-32B's shapes) at tp 4, bf16, per rank and layer: qkv 1,792 x 5,120 x 2 B = 17.5 MiB -> 18, o 5,120 x 1,280 x 2 B =
+    # 12.5 MiB -> 14, gate_up 13,824 x 5,120 x 2 B = 135 MiB -> 136, down 5,120 x 6,912 x 2 B = 67.5 MiB -> 68:
+    # 3.5 MiB a layer, 224 MiB over 64 layers; the vocabulary (38,016 rows x 5,120 x 2 B = 371.25 MiB -> 372, twice,
+    # untied) 1.5 MiB; the 129 norms (1,320,960 B) fill one 2 MiB small segment: 225.5 MiB + 776,192 B.
+    m = resolve_model("Qwen/Qwen2.5-32B", offline=True).model
+    tensors = loaded_tensor_bytes(m, range(64), tp=4, elem=2, quant=None, first=True, last=True)
+    assert tensors is not None
+    assert segment_bytes(tensors) - sum(tensors) == round(225.5 * 2**20) + 776_192
+    assert segment_bytes([1, 1]) == 2 * 2**20  # two 512 B blocks share one small segment
+    assert segment_bytes([3 * 2**20, 3 * 2**20]) == 20 * 2**20  # 1-10 MiB requests share 20 MiB segments
+    assert segment_bytes([11 * 2**20 + 1]) == 12 * 2**20  # a large one has its own, rounded to 2 MiB
 
 
 def test_page_size_rounds_down_and_backends_force_it():

@@ -126,7 +126,9 @@ def test_encoder_takes_kv_memory_on_a_24gb_card():
     m = r.stages[0].memory
     # 65,536 patches x (2 x 1,280 + 10,260) x 2 B + the pixels in float32 and bf16 (65,536 x 1,176 x (4 + 2) B).
     assert m.activation_peak_bytes == m.encoder_bytes == 2_142_765_056  # pixels included; the LM's peak is smaller
-    assert r.kv_cache_tokens < 70_000
+    # 1.4 GiB at 57,344 B per token (28 layers x 4 KV heads x 128 x 2 x 2 B) is ~26,000 tokens: from ~96,000
+    # with the language model's peak to ~70,500 (70,480 with the RTX 4090's 0.04 GiB of non-torch growth).
+    assert 69_000 < r.kv_cache_tokens < 72_000
 
 
 def test_v0_runs_the_multimodal_prompt_through_the_language_model():

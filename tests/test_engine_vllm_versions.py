@@ -86,6 +86,7 @@ CHANGES = [
     ("0.10.2", "0.11.0", "full_graphs", False, True),
     ("0.11.0", "0.11.1", "batch_caps", False, True),
     ("0.11.2", "0.12.0", "image_sampler", "flashinfer_logits", None),
+    ("0.11.2", "0.12.0", "lora_extra_vocab", 256, 0),
     ("0.11.2", "0.12.0", "block_sizes", (1, 8, 16, 32, 64, 128), (1, 8, 16, 32, 64, 128, 256)),
     ("0.11.2", "0.12.0", "kv_cache_dtypes", ("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"),
      ("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla")),

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from kvplan.errors import InputError
-from kvplan.hardware.gpus import COMMON_GPUS, MEMORY_KINDS, GpuSpec, all_gpus, custom_gpu, find_gpu
+from kvplan.hardware.gpus import COMMON_GPUS, COMPUTE_CAPABILITY, MEMORY_KINDS, GpuSpec, all_gpus, custom_gpu, find_gpu
 from kvplan.units import GiB, MiB
 
 
@@ -193,6 +193,13 @@ def test_every_key_alias_and_device_name_finds_its_own_entry():
         for name in (gpu.key, *gpu.aliases, *gpu.device_names):
             assert find_gpu(name) is gpu, name
             assert find_gpu(name.upper()) is gpu and find_gpu(name.lower()) is gpu
+
+
+def test_every_nvidia_card_has_a_compute_capability_and_no_other_key_does():
+    keys = {g.key for g in all_gpus()}
+    nvidia = {g.key for g in all_gpus() if g.vendor == "nvidia"}
+    assert set(COMPUTE_CAPABILITY) == nvidia and nvidia < keys
+    assert COMPUTE_CAPABILITY["T4"] == (7, 5) and COMPUTE_CAPABILITY["H200"] == (9, 0)
 
 
 def test_common_gpus_are_catalogue_keys():

@@ -9,12 +9,14 @@ Standard library only. Run from anywhere:
 Exit status is 1 when any line fails a check. Checks:
   * every line is a JSON object with the keys its engine requires, of the right types;
   * ``raw`` is a non-empty list of strings;
-  * ``split`` is ``fit`` only in vllm-h100-0.19.jsonl and ``holdout`` everywhere else;
+  * ``split`` is ``fit`` only in vllm-h100-0.19.jsonl (and the growth-only file below), ``holdout`` elsewhere;
   * ``outcome`` is one of started / kv_oom / oom_other / other_failure;
   * ``gpu_key`` is one of the known keys, or null with a note;
   * each figure that has a fixed log wording is found in ``raw`` with the same value
     (e.g. "Available KV cache memory: X GiB" == available_kv_gib);
-  * ids are unique, and no two records carry the same KV-sizing lines (a duplicate quote).
+  * ids are unique, and no two records carry the same KV-sizing lines (a duplicate quote);
+  * vllm-nontorch-fit.jsonl (the non-torch growth's own fit set) holds split ``fit``, a compute capability per
+    record, and a non-torch figure its ``raw`` lines print.
 """
 
 import collections
@@ -237,6 +239,33 @@ def release(rec):
     return "~" + inf.split(" ")[0].lstrip("~") if inf else "unknown"
 
 
+COMPONENTS = "vllm-nontorch-fit.jsonl"
+COMPONENT = {"id": str, "source_url": str, "engine": str, "split": str, "engine_generation": str, "gpu": str,
+             "gpu_key": OPT_STR, "compute_capability": (list, type(None)), "tp": int, "pp": int,
+             "non_torch_gib": NUM, "raw": list, "notes": str}
+
+
+def check_components(errors, ids):
+    """The non-torch fit set: no outcome or KV figures, only the growth line and what classifies it."""
+    path = os.path.join(HERE, COMPONENTS)
+    if not os.path.exists(path):
+        return 0
+    n = 0
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            rec = json.loads(line)
+            where = f"{COMPONENTS}:{i} ({rec.get('id')})"
+            check_types(rec, COMPONENT, errors, where)
+            if rec.get("split") != "fit" or rec.get("engine") != "vllm":
+                errors.append(f"{where}: must be a vllm fit record")
+            if rec.get("gpu_key") is not None and rec["gpu_key"] not in GPU_KEYS:
+                errors.append(f"{where}: unknown gpu_key {rec['gpu_key']!r}")
+            check_figures(rec, {"non_torch_gib": VLLM_FIGS["non_torch_gib"]}, errors, where)
+            ids[rec.get("id")] += 1
+            n += 1
+    return n
+
+
 def main(argv):
     errors, warnings = [], []
     counts = collections.Counter()
@@ -304,6 +333,7 @@ def main(argv):
                     )
                 ] += 1
                 totals[(engine, split)] += 1
+    totals[("vllm", "fit (non-torch only)")] = check_components(errors, ids)
     for k, v in ids.items():
         if v > 1:
             errors.append(f"duplicate id {k} ({v}x)")

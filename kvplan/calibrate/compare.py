@@ -15,11 +15,20 @@ from typing import Any
 
 from kvplan.calibrate.log import BLOCKS, BYTES, KV_OOM, OOM_OTHER, STARTED, TIMES, TOKENS, Reading, StartupLog
 from kvplan.calibrate.profile import build_profile, resolved_setting
-from kvplan.capacity.deployment import BoxProfile, Deployment, EngineOptions, Parallelism, WeightsChoice, Workload
+from kvplan.capacity.deployment import (
+    BoxProfile,
+    Deployment,
+    EngineOptions,
+    Parallelism,
+    WeightsChoice,
+    Workload,
+    options_dict,
+)
 from kvplan.capacity.weights import runtime_quant
 from kvplan.engines.release import CURRENT, parse_release
 from kvplan.engines.sglang import SglangOptions
 from kvplan.engines.vllm_engine import VllmOptions
+from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.errors import FieldError, InputError, KvplanError
 from kvplan.hardware.gpus import GpuSpec, all_gpus, custom_gpu, find_gpu
 from kvplan.model.dtypes import normalize_weight_dtype
@@ -193,6 +202,7 @@ def _options(log: StartupLog, version: str | None, user_only: bool) -> tuple[Eng
         version=chosen, gpu_memory_utilization=util, block_size=given("block_size"), max_num_seqs=given("max_num_seqs"),
         max_num_batched_tokens=given("max_num_batched_tokens"),
         enable_prefix_caching=True if caching is None else bool(caching), install=s.install or "image",
+        lora=LoraSlots(s.max_loras or 1, s.max_lora_rank or 16) if s.enable_lora else None,
     )
     return _with_engine(options, s.vllm_engine), [note] if note else []
 
@@ -472,7 +482,7 @@ def report_to_dict(r: Report) -> dict[str, Any]:
         "deployment": None if d is None else {
             "model": d.model.name, "gpu": d.gpu.key, "total_memory_bytes": d.gpu.total_memory_bytes,
             "tp": d.parallelism.tp, "pp": d.parallelism.pp, "max_model_len": d.max_model_len,
-            "engine_options": {k: v for k, v in vars(d.engine).items()},
+            "engine_options": options_dict(d.engine),
         },
         "prediction_unavailable": r.unpredicted,
         "components": [comp(c) for c in r.components],

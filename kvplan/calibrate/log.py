@@ -126,6 +126,9 @@ class LogSettings:
     max_total_tokens: int | None = None
     attention_backend: str | None = None
     cpu_offload_gb: float | None = None
+    enable_lora: bool | None = None
+    max_loras: int | None = None
+    max_lora_rank: int | None = None
     vllm_engine: str | None = None
     install: str | None = None
     user_set: frozenset[str] = frozenset()

@@ -148,6 +148,9 @@ _FLAG_FIELDS = {
     "enforce_eager": ("enforce_eager", bool),
     "enable_prefix_caching": ("enable_prefix_caching", bool),
     "cpu_offload_gb": ("cpu_offload_gb", float),
+    "enable_lora": ("enable_lora", bool),
+    "max_loras": ("max_loras", int),
+    "max_lora_rank": ("max_lora_rank", int),
 }
 _ABBREVIATED = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"}
 

@@ -9,7 +9,7 @@ planner (kvplan.planner) into one verdict. Values are validated here with errors
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import field
+from dataclasses import asdict, field, is_dataclass
 from typing import ClassVar, Protocol
 
 from kvplan.errors import FieldError, InputError
@@ -194,6 +194,11 @@ class BoxProfile:
     max_num_seqs: int | None = None
     weights_bytes: int | None = None  # per rank
     activation_peak_bytes: int | None = None  # per rank, at max_num_batched_tokens / max_num_seqs
+
+
+def options_dict(options: object) -> dict[str, object]:
+    """An engine's options as JSON values; nested option records (vLLM's LoRA slots) as objects of their fields."""
+    return {k: asdict(v) if is_dataclass(v) and not isinstance(v, type) else v for k, v in vars(options).items()}
 
 
 class EngineOptions(Protocol):

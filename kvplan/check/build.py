@@ -39,6 +39,8 @@ _FIELDS: dict[str, dict[str, str]] = {
         "nnodes": "nnodes",
         "cpu_offload_gb": "cpu-offload-gb",
         "kv_cache_memory": "kv-cache-memory-bytes",
+        "max_loras": "max-loras",
+        "max_lora_rank": "max-lora-rank",
     },
     "sglang": {
         "model": "model-path",
@@ -78,7 +80,6 @@ _UNMODELLED: dict[str, dict[str, str]] = {
         "speculative-config": "a draft model's weights and KV cache take GPU memory kvplan does not count",
         "speculative-model": "a draft model's weights and KV cache take GPU memory kvplan does not count",
         "num-speculative-tokens": "speculative decoding takes GPU memory kvplan does not count",
-        "enable-lora": "LoRA adapter slots (--max-loras x --max-lora-rank) take GPU memory kvplan does not count",
         "num-gpu-blocks-override": "fixes vLLM's KV block count; kvplan derives it from memory",
         "disable-sliding-window": "vLLM then caches the whole context of windowed layers; kvplan plans the window",
         "hf-overrides": "config overrides are not applied to the model kvplan plans",
@@ -295,6 +296,11 @@ def build_request(
             out.notes.append(f"TGI {engine_version} without --max-total-tokens serves min(model context, {cap})")
         else:
             out.notes.append("TGI 3 without --max-total-tokens sizes it from free memory (at most the model context)")
+    lora = None
+    if engine == "vllm" and _switch(parsed, "enable-lora"):
+        # vLLM's defaults: one adapter slot of rank 16.
+        lora = ((whole("max_loras") if "max_loras" in names else None) or 1,
+                (whole("max_lora_rank") if "max_lora_rank" in names else None) or 16)
     allow_long = bool(env) and bool_word((env or {}).get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "")) == "true"
 
     gpu, gpu_source = hardware.gpu, hardware.gpu_source
@@ -356,6 +362,7 @@ def build_request(
         max_batch_total_tokens=batch_tokens,
         max_model_len_cap_tokens=cap,
         allow_long_max_model_len=allow_long,
+        lora_slots=lora,
         engine_version=engine_version,
         gpu_memory_bytes=hardware.gpu_memory_bytes,
         ignored_flags=_ignored(parsed),

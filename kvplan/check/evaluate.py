@@ -21,6 +21,7 @@ from kvplan.engines import ENGINE_NAMES, get_engine
 from kvplan.engines.sglang import SglangOptions
 from kvplan.engines.tgi import TgiOptions
 from kvplan.engines.vllm_engine import VllmOptions
+from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.errors import KvplanError
 from kvplan.hardware.gpus import GpuSpec, custom_gpu, find_gpu
 from kvplan.planner.fixes import Fix, find_fixes
@@ -63,6 +64,7 @@ def _engine_options(req: DeploymentRequest, vllm_version: str) -> Any:
             enable_prefix_caching=req.enable_prefix_caching is not False,
             kv_cache_memory_bytes=req.kv_cache_memory_bytes,
             allow_long_max_model_len=req.allow_long_max_model_len,
+            lora=LoraSlots(*req.lora_slots) if req.lora_slots else None,
         ),
         "sglang": lambda: SglangOptions(
             mem_fraction_static=req.gpu_memory_utilization,

@@ -32,7 +32,7 @@ def _engine_options(engine: str, f: dict[str, Any]) -> Any:
             block_size=f["block_size"], max_num_seqs=f["max_num_seqs"],
             max_num_batched_tokens=f["max_num_batched_tokens"], enable_prefix_caching=f["enable_prefix_caching"],
             kv_cache_memory_bytes=_size(f["kv_cache_memory"], "--kv-cache-memory-bytes"),
-            allow_long_max_model_len=f["allow_long"],
+            allow_long_max_model_len=f["allow_long"], lora=_lora(f),
         )),
         "sglang": ("sglang", "SglangOptions", lambda: dict(
             version=f["sglang_version"], mem_fraction_static=f["mem_fraction_static"], page_size=f["page_size"],
@@ -62,6 +62,15 @@ def _engine_options(engine: str, f: dict[str, Any]) -> Any:
     module, cls, kwargs = builders[engine]
     options = getattr(importlib.import_module(f"kvplan.engines.{module}"), cls)
     return options(**{k: v for k, v in kwargs().items() if v is not None})
+
+
+def _lora(f: dict[str, Any]) -> Any:
+    """vLLM's LoRA slots when any LoRA flag is given (vLLM's defaults: 1 adapter of rank 16), else None."""
+    if not (f["enable_lora"] or f["max_loras"] or f["max_lora_rank"]):
+        return None
+    from kvplan.engines.vllm_lora import LoraSlots
+
+    return LoraSlots(max_loras=f["max_loras"] or 1, max_lora_rank=f["max_lora_rank"] or 16)
 
 
 def _gpu_names(gpu: str | None) -> tuple[str, ...]:
@@ -113,6 +122,9 @@ def estimate(
     no_enable_prefix_caching: opt.NoPrefixCaching = False,
     kv_cache_memory: opt.KvCacheMemory = None,
     allow_long: opt.AllowLong = None,
+    enable_lora: opt.EnableLora = None,
+    max_loras: opt.MaxLoras = None,
+    max_lora_rank: opt.MaxLoraRank = None,
     mem_fraction_static: opt.MemFractionStatic = None,
     page_size: opt.PageSize = None,
     max_running_requests: opt.MaxRunningRequests = None,
@@ -149,6 +161,7 @@ def estimate(
             ("--block-size", block_size), ("--max-num-seqs", max_num_seqs),
             ("--max-num-batched-tokens", max_num_batched_tokens), ("--enable-prefix-caching", prefix_caching),
             ("--kv-cache-memory-bytes", kv_cache_memory), ("--allow-long-max-model-len", allow_long),
+            ("--enable-lora", enable_lora), ("--max-loras", max_loras), ("--max-lora-rank", max_lora_rank),
             ("--mem-fraction-static", mem_fraction_static), ("--page-size", page_size),
             ("--max-running-requests", max_running_requests), ("--chunked-prefill-size", chunked_prefill_size),
             ("--cuda-graph-max-bs", cuda_graph_max_bs), ("--enable-dp-attention", enable_dp_attention),

@@ -184,6 +184,17 @@ AllowLong = Annotated[
         rich_help_panel=VLLM,
     ),
 ]
+EnableLora = Annotated[
+    bool | None,
+    typer.Option("--enable-lora", help="LoRA slots take GPU memory (--max-loras, --max-lora-rank).",
+                 rich_help_panel=VLLM),
+]
+MaxLoras = Annotated[
+    int | None, typer.Option("--max-loras", help="LoRA adapters on the GPU at once (default 1).", rich_help_panel=VLLM)
+]
+MaxLoraRank = Annotated[
+    int | None, typer.Option("--max-lora-rank", help="Largest LoRA rank (default 16).", rich_help_panel=VLLM)
+]
 SglangVersion = Annotated[
     str | None,
     typer.Option("--sglang-version", help="SGLang release, e.g. 0.4.3 (default: current).", rich_help_panel=SGLANG),

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.capacity.kv import pp_stage_layers
+from kvplan.engines.allocator import segment_bytes
 from kvplan.engines.base import Calibration, EngineAccount, Knobs, KvPool, MemoryTerm, Refusal, check_counts
 from kvplan.engines.box import BoxTerms, box_terms
 from kvplan.engines.release import CURRENT, release_text
@@ -30,16 +31,20 @@ from kvplan.engines.sglang_releases import (
     rules_for,
 )
 from kvplan.engines.vllm_engine import tp_refusal
-from kvplan.engines.vllm_memory import CONTEXT_BYTES, WeightSplit, weights_per_stage
+from kvplan.engines.vllm_memory import NON_TORCH, WeightSplit, non_torch_class, weights_per_stage
 from kvplan.errors import FieldError
-from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
-from kvplan.model.specs import LayerKind, ModelSpec
+from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype, weight_dtype_bytes
+from kvplan.model.quant import group_weight_bytes
+from kvplan.model.specs import LayerKind, ModelSpec, QuantSpec
 from kvplan.records import dataclass
 from kvplan.units import GiB, MiB, cdiv
 
-# CONTEXT_BYTES (vllm_memory): what CUDA and the context take before SGLang measures "free before load": vLLM
-# 0.19 logs 0.51 GiB at worker start on H100 (tp 1); SGLang's own start-up is assumed to cost the same. A
-# calibrated profile replaces it with the box's own figure (GPU total - "Load weight begin. avail mem").
+# In use before SGLang measures "free before load": the CUDA context, and at tp or pp > 1 the communicators,
+# since model_runner.py reads free memory after init_torch_distributed ("Init torch distributed ends. mem
+# usage=..."). vLLM's worker snapshot is taken at the same point, so its figures apply (vllm_memory.NON_TORCH):
+# 0.51 GiB of context on H100, +1.02 GiB of NCCL at tp >= 2 over NVSwitch, +0.92 GiB at pp > 1; nothing known
+# beyond the context elsewhere. A calibrated profile replaces it with the box's own figure (GPU total - "Load
+# weight begin. avail mem").
 SWA_FULL_TOKENS_RATIO = 0.8  # ServerArgs.swa_full_tokens_ratio
 # ServerArgs.mamba_full_memory_ratio (0.5.23): the Mamba state pool's memory as a share of the full KV pool's.
 MAMBA_FULL_MEMORY_RATIO = 0.9
@@ -282,6 +287,40 @@ def _page_size(o: SglangOptions, rules: SglangRelease) -> tuple[int, str | None]
     return page, None
 
 
+def _bytes_per_param(model: ModelSpec, name: str, quant: QuantSpec | None, elem: int) -> float:
+    g = next((g for g in model.param_groups if g.name == name), None)
+    return group_weight_bytes(g, quant, elem) / g.params if g is not None and g.params else float(elem)
+
+
+def loaded_tensor_bytes(model: ModelSpec, layers: range, *, tp: int, elem: int, quant: QuantSpec | None,
+                        first: bool, last: bool) -> list[int] | None:
+    """The weight tensors one rank of a stage holds as SGLang loads them: q/k/v fused into qkv_proj, gate and
+    up into gate_up_proj, each MoE layer's experts in two 3-D tensors, the vocabulary split over tp. None for
+    layers this does not describe (MLA, Mamba, linear attention): their rounding is not counted."""
+    g = model.geometry
+    if g.mla is not None or g.mamba is not None or g.linear_attention is not None:
+        return None
+    h = g.hidden_size
+    attn, mlp = _bytes_per_param(model, "attention", quant, elem), _bytes_per_param(model, "mlp", quant, elem)
+    experts = _bytes_per_param(model, "experts", quant, elem)
+    out: list[int] = []
+    for i in layers:
+        q, kv = g.num_attention_heads * g.head_dims[i], g.kv_heads[i] * g.head_dims[i]
+        out += [int(cdiv(q + 2 * kv, tp) * h * attn), int(h * cdiv(q, tp) * attn), h * elem, h * elem]
+        if g.moe is not None and i in g.moe.layers:
+            inter = cdiv(g.moe.expert_intermediate_size, tp)
+            out += [int(g.moe.num_experts * 2 * inter * h * experts), int(g.moe.num_experts * h * inter * experts)]
+        elif g.intermediate_sizes:
+            inter = cdiv(g.intermediate_sizes[i], tp)
+            out += [int(2 * inter * h * mlp), int(h * inter * mlp)]
+    vocab_rows = cdiv(g.vocab_size, tp)
+    if first:
+        out.append(vocab_rows * h * elem)
+    if last:
+        out += [h * elem] + ([] if g.tie_word_embeddings else [vocab_rows * h * elem])
+    return out
+
+
 def plan_sglang(d: Deployment) -> SglangReport:
     """SGLang's token pools for `d` on the rank of its fullest pipeline stage."""
     o = d.engine
@@ -304,12 +343,19 @@ def plan_sglang(d: Deployment) -> SglangReport:
         checkpoint_bytes=d.weights.checkpoint_bytes, split=split,
     )
     total = box.total_memory_bytes or d.gpu.total_memory_bytes
-    context = CONTEXT_BYTES if box.non_torch_bytes is None else box.non_torch_bytes
+    nt = NON_TORCH[non_torch_class(d.gpu.key, p.tp, p.pp)]
+    context = nt.context_bytes + nt.before_snapshot_bytes if box.non_torch_bytes is None else box.non_torch_bytes
     free_before = total - context
     notes = [n for n in (page_note, *box.notes) if n]
     reports = []
-    for (modelled, _), layers in zip(weights, pp_stage_layers(model.num_layers, p.pp), strict=True):
-        w = modelled if box.weights_bytes is None else box.weights_bytes
+    stage_layers = pp_stage_layers(model.num_layers, p.pp)
+    elem = weight_dtype_bytes(dtype)
+    for i, ((modelled, _), layers) in enumerate(zip(weights, stage_layers, strict=True)):
+        # SGLang's weights are the drop in free memory: the allocator's segments, not the parameter bytes.
+        tensors = loaded_tensor_bytes(model, layers, tp=p.tp, elem=elem, quant=model.quant, first=i == 0,
+                                      last=i == len(stage_layers) - 1)
+        rounding = segment_bytes(tensors) - sum(tensors) if tensors is not None else 0
+        w = modelled + rounding if box.weights_bytes is None else box.weights_bytes
         rest = free_before - w - round(free_before * (1 - defaults.mem_fraction_static))
         c = _cells(model, layers, d.kv_cache_dtype, dtype, attn_tp, rules.swa_pool)
         slots = _mamba_slots(rest, c.state_bytes, o, p, rules) if c.state_bytes else 0
@@ -465,7 +511,7 @@ class SglangEngine:
         kept = r.free_before_load_bytes - round(r.free_before_load_bytes * (1 - fraction))
         terms = (
             MemoryTerm("context", r.context_bytes, "in use before SGLang measures free memory (context, NCCL)"),
-            MemoryTerm("weights", r.weights_bytes, "weights as loaded on this rank"),
+            MemoryTerm("weights", r.weights_bytes, "weights as loaded on this rank, in whole allocator segments"),
             MemoryTerm("reserved", r.free_before_load_bytes - kept,
                        f"left outside mem_fraction_static {fraction:.3f} for activations, CUDA graphs and the "
                        "request table"),

@@ -22,6 +22,7 @@ from kvplan.engines.vllm_encoder import encoder_profile, v0_encoder_profile
 from kvplan.engines.vllm_graphs import GraphModes, capture_sizes, graph_bytes
 from kvplan.engines.vllm_kv import KvCacheLayout, VllmLayerSpec, kv_cache_layout, vllm_layer_spec
 from kvplan.engines.vllm_log import log_lines
+from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.engines.vllm_memory import (
     NO_SPLIT,
     NON_TORCH,
@@ -71,9 +72,12 @@ class VllmFlags:
     enforce_eager: bool = False  # no CUDA graphs
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     split: WeightSplit = NO_SPLIT  # expert parallel and CPU offload (vllm_memory.WeightSplit)
+    lora: LoraSlots | None = None  # --enable-lora with --max-loras / --max-lora-rank (vllm_lora)
 
     def validate(self) -> VllmRules:
         rules = rules_for(self.version)
+        if self.lora is not None:
+            self.lora.validate()
         u = self.gpu_memory_utilization
         if u is not None and not 0 < u <= 1:
             raise FieldError("engine.gpu_memory_utilization", "must be in (0, 1]", u)
@@ -116,6 +120,7 @@ class ResolvedFlags:
     rules: VllmRules
     engine: str  # "v0" or "v1"
     install: str  # "image" or "wheel"
+    lora: LoraSlots | None = None
 
 
 @dataclass(frozen=True)
@@ -308,6 +313,7 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         rules=rules,
         engine=engine,
         install=flags.install,
+        lora=flags.lora,
     )
 
 
@@ -429,6 +435,7 @@ def plan_vllm(
         charge_context=charge_context, sampler=_sampler_path(f), moe_workspace_kept=_moe_workspace_kept(f),
         encoder=encoder,
         checkpoint_bytes=checkpoint_bytes, split=flags.split, mxfp4_backend=mxfp4,
+        lora=flags.lora, lora_extra_vocab=rules.lora_extra_vocab,
     )
     stage_layers = pp_stage_layers(model.num_layers, f.pp)
     modes = capture_sizes(rules, f.engine, gpu, max_num_seqs=f.max_num_seqs,

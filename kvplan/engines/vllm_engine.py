@@ -10,14 +10,15 @@ from typing import ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal, check_counts
-from kvplan.engines.vllm import INSTALLS, USAGES, VllmFlags, VllmReport, plan_vllm
+from kvplan.engines.vllm import INSTALLS, USAGES, ResolvedFlags, VllmFlags, VllmReport, plan_vllm
 from kvplan.engines.vllm_calibration import calibration_for
+from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.engines.vllm_memory import StageMemory, WeightSplit
 from kvplan.engines.vllm_versions import VllmRules, engine_for, rules_for
 from kvplan.errors import FieldError
 from kvplan.model.specs import ModelSpec
 from kvplan.records import dataclass
-from kvplan.units import cdiv, fmt_gib
+from kvplan.units import GiB, cdiv, fmt_gib
 
 # KV cache dtypes kvplan sizes (kvplan.model.dtypes); a release must also list the name (VllmRules).
 # 'bf16' is kvplan's spelling of bfloat16.
@@ -42,6 +43,7 @@ class VllmOptions:
     enable_prefix_caching: bool = True
     kv_cache_memory_bytes: int | None = None
     allow_long_max_model_len: bool = False  # the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
+    lora: LoraSlots | None = None  # --enable-lora: slots for --max-loras adapters of --max-lora-rank
 
     @property
     def rules(self) -> VllmRules:
@@ -59,6 +61,8 @@ class VllmOptions:
         check_counts(self, ("block_size", "max_num_seqs", "max_num_batched_tokens"))
         if self.kv_cache_memory_bytes is not None and not 0 < self.kv_cache_memory_bytes < 1 << 50:
             raise FieldError("engine.kv_cache_memory_bytes", "must be a positive size", self.kv_cache_memory_bytes)
+        if self.lora is not None:
+            self.lora.validate()
         if self.kv_cache_memory_bytes is not None and not self.rules.kv_cache_memory_option:
             raise FieldError("engine.kv_cache_memory_bytes",
                              f"vLLM {self.version} has no --kv-cache-memory-bytes (0.10.2 and later)")
@@ -140,6 +144,7 @@ def _flags(d: Deployment, o: VllmOptions) -> VllmFlags:
             expert_ranks=p.tp * p.dp if p.expert_parallel else None,
             cpu_offload_bytes=d.weights.cpu_offload_bytes,
         ),
+        lora=o.lora,
     )
 
 
@@ -201,6 +206,12 @@ def _notes(d: Deployment, r: VllmReport) -> list[str]:
     return out
 
 
+def _lora_label(f: ResolvedFlags) -> str:
+    """The LoRA slots a plan holds, for people: "1 x rank 64"; empty without LoRA."""
+    lora = f.lora
+    return f"{lora.max_loras} x rank {lora.max_lora_rank}" if lora is not None else ""
+
+
 def _terms(d: Deployment, r: VllmReport, m: StageMemory) -> list[MemoryTerm]:
     """What this release subtracts from the requested memory on the limiting rank, each term labelled."""
     f = r.flags
@@ -214,6 +225,8 @@ def _terms(d: Deployment, r: VllmReport, m: StageMemory) -> list[MemoryTerm]:
         loaded = f"{d.weights.checkpoint_source or 'the given checkpoint size'}, as loaded on this rank"
         if d.parallelism.tp * d.parallelism.pp > 1:
             loaded += "; split over ranks as kvplan's parameter groups split (approximate)"
+    if m.lora_bytes and _lora_label(f):
+        loaded += f", {m.lora_bytes / GiB:.2f} GiB of it LoRA slots ({_lora_label(f)})"
     peak = f"activation peak of the profiling run ({f.max_num_batched_tokens:,} tokens"
     peak += f", {min(f.max_num_seqs, f.max_num_batched_tokens):,} sampler rows)" if m.runs_sampler else ")"
     if m.encoder_bytes:

@@ -15,7 +15,9 @@ import math
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.capacity.weights import runtime_quant
 from kvplan.engines.vllm_encoder import EncoderProfile
+from kvplan.engines.vllm_lora import LoraSlots, lora_slot_bytes
 from kvplan.engines.vllm_mxfp4 import Mxfp4Backend, expert_bytes_per_rank
+from kvplan.hardware.gpus import COMPUTE_CAPABILITY
 from kvplan.model.dtypes import serving_dtype, weight_dtype_bytes
 from kvplan.model.quant import group_weight_bytes
 from kvplan.model.specs import ModelSpec, ParamGroup, QuantSpec
@@ -112,10 +114,22 @@ class NonTorch:
 # B200. Elsewhere (PCIe cards, A100, NVLink bridges) NCCL is much smaller: 0.34-0.43 GiB at tp 4 on
 # A100-40GB (vllm-project/vllm#16570, V0 0.8.3) and 0.20 GiB at tp 4 on 24 GB cards (vllm#14447, V0 0.8):
 # 0.30 GiB, their middle, with nothing known before the snapshot.
+#
+# On one GPU the growth is mostly kernel images, which CUDA loads into device memory the first time a kernel
+# runs (lazy module loading): cuBLAS/cuBLASLt, attention and Triton kernels, built per architecture. Hopper's
+# are large: one bf16 cuBLAS product on an H200 grew memory outside torch by 0.154 GiB
+# (benchmarks/results/gpu/cuda_facts.json), and an H200 on V0 0.6.4 prints 0.73 GiB of context plus growth
+# (vllm-nontorch-fit.jsonl), the fit split's 0.51 + 0.25 within 0.03. Before Hopper it is a tenth of that:
+# the single-GPU logs of benchmarks/logs/vllm-nontorch-fit.jsonl on compute capability 7.5-8.9 print 0.02,
+# 0.02, 0.04, 0.10 and 0.16 GiB (RTX 4080, RTX 4090, RTX 2060, A100-40GB, L40S; V0 0.6.5-0.8 and V1 0.10.2):
+# their median, 0.04 GiB (`python benchmarks/vllm_accuracy.py --fit` prints it). That file holds no T4 or
+# RTX 3090 log, the held-out set's own pre-Hopper cards.
 CONTEXT_BYTES = round(0.51 * GiB)
 NVLS_GPUS = ("H100-80GB", "H200", "H20", "GH200", "B200", "GB200", "B300")
+HOPPER = (9, 0)
 NON_TORCH = {
     "single": NonTorch(CONTEXT_BYTES, 0, round(0.25 * GiB)),
+    "single_pre_hopper": NonTorch(CONTEXT_BYTES, 0, round(0.04 * GiB)),
     "pp": NonTorch(CONTEXT_BYTES, round(0.92 * GiB), round(0.07 * GiB)),
     "nvls_tp2": NonTorch(CONTEXT_BYTES, round(1.02 * GiB), round(2.07 * GiB)),
     "nvls_tp4": NonTorch(CONTEXT_BYTES, round(1.02 * GiB), round(2.17 * GiB)),
@@ -124,12 +138,16 @@ NON_TORCH = {
 
 
 def non_torch_class(gpu_key: str, tp: int, pp: int) -> str:
-    """The NON_TORCH row for this GPU and parallelism (tp 8 takes the tp 4 figure: no logs beyond)."""
+    """The NON_TORCH row for this GPU and parallelism (tp 8 takes the tp 4 figure: no logs beyond). A card of
+    unknown architecture (AMD, --gpu-mem) takes Hopper's larger single-GPU growth."""
     if tp >= 2:
         if not gpu_key.upper().startswith(NVLS_GPUS):
             return "other_tp"
         return "nvls_tp4" if tp >= 4 else "nvls_tp2"
-    return "pp" if pp > 1 else "single"
+    if pp > 1:
+        return "pp"
+    capability = COMPUTE_CAPABILITY.get(gpu_key)
+    return "single_pre_hopper" if capability is not None and capability < HOPPER else "single"
 
 
 @dataclass(frozen=True)
@@ -170,6 +188,7 @@ class StageMemory:
     non_torch_bytes: int  # what the release charges of non_torch (growth, or all of it)
     runs_sampler: bool
     encoder_bytes: int = 0  # the vision encoder's own peak, when it ran on this stage (part of the peak)
+    lora_bytes: int = 0  # LoRA slots (vllm_lora), part of weights_bytes: vLLM counts them as loaded weights
 
     @property
     def non_kv_bytes(self) -> int:
@@ -347,10 +366,13 @@ def stage_memory(
     checkpoint_bytes: int | None = None,
     split: WeightSplit = NO_SPLIT,
     mxfp4_backend: Mxfp4Backend | None = None,
+    lora: LoraSlots | None = None,
+    lora_extra_vocab: int = 0,
 ) -> tuple[StageMemory, ...]:
     """Weights, activation peak and non-torch memory on a rank of each pipeline stage.
 
     The vision encoder runs on the first stage (it makes the input embeddings), the sampler on the last.
+    `lora`: LoRA slots, with the release's extra vocabulary rows (vllm_lora).
     """
     stages = pp_stage_layers(model.num_layers, pp)
     weights = weights_per_stage(
@@ -361,11 +383,15 @@ def stage_memory(
     for i, (stage, (w, rope)) in enumerate(zip(stages, weights, strict=True)):
         last = i == len(stages) - 1
         enc = encoder if i == 0 else None
+        slots = 0 if lora is None else lora_slot_bytes(
+            model, lora, layers=stage, tp=tp, elem=weight_dtype_bytes(dtype), first=i == 0, last=last,
+            extra_vocab=lora_extra_vocab,
+        )
         out.append(
             StageMemory(
                 stage=i,
                 layers=len(stage),
-                weights_bytes=w,
+                weights_bytes=w + slots,
                 rotary_cache_bytes=rope,
                 activation_peak_bytes=activation_peak_bytes(
                     model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
@@ -376,6 +402,7 @@ def stage_memory(
                 non_torch_bytes=non_torch.charged(charge_context),
                 runs_sampler=last,
                 encoder_bytes=0 if enc is None else enc.peak_bytes,
+                lora_bytes=slots,
             )
         )
     return tuple(out)

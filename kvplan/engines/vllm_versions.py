@@ -69,6 +69,7 @@ class VllmRules:
     mxfp4: bool = False  # gpt-oss mxfp4 MoE weights load (0.10.1+) [1.10]
     kv_cache_memory_option: bool = False  # --kv-cache-memory-bytes exists (0.10.2+) [1.2]
     combined_kv_line: bool = False  # "GPU KV cache size" and "Maximum concurrency" on one line (0.28+) [1.8]
+    lora_extra_vocab: int = 256  # lora_extra_vocab_size: rows each LoRA slot adds to the vocabulary [1.16]
 
     @property
     def release(self) -> str:
@@ -118,8 +119,8 @@ def _changes() -> tuple[VllmRules, ...]:
            kv_cache_memory_option=True)
     change((0, 11, 0), "V1 only; FULL_AND_PIECEWISE CUDA graphs", v0_available=False, full_graphs=True)
     change((0, 11, 1), "defaulted tokens capped at seqs x len, seqs at tokens", batch_caps=True)
-    change((0, 12, 0), "FlashInfer sampler opt-in (PyTorch sort in the image too); block size 256; bfloat16 KV",
-           image_sampler=None, block_sizes=(1, 8, 16, 32, 64, 128, 256),
+    change((0, 12, 0), "FlashInfer sampler opt-in (PyTorch sort in the image too); block size 256; bfloat16 KV; "
+           "no LoRA extra vocabulary", image_sampler=None, lora_extra_vocab=0, block_sizes=(1, 8, 16, 32, 64, 128, 256),
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"))
     change((0, 14, 0), "requested = ceil(total x util); the fused-MoE workspace is kept between steps",
            requested_ceil=True, moe_workspace_kept=True)

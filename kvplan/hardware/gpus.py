@@ -338,6 +338,21 @@ _CATALOG: tuple[GpuSpec, ...] = (
     ),
 )
 
+# CUDA compute capability of each NVIDIA card (NVIDIA's "CUDA GPUs" table): which kernel images load. vLLM's
+# non-torch growth follows it (kvplan.engines.vllm_memory.non_torch_class). AMD cards have none.
+COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {
+    **dict.fromkeys(("V100-16GB", "V100-32GB"), (7, 0)),
+    "T4": (7, 5),
+    **dict.fromkeys(("A100-80GB", "A100-80GB-PCIE", "A100-40GB", "A100-40GB-PCIE", "A800-80GB", "A800-80GB-PCIE",
+                     "A30"), (8, 0)),
+    **dict.fromkeys(("A10G", "A10", "A40", "RTX-3090", "RTX-A6000"), (8, 6)),
+    **dict.fromkeys(("L4", "L40", "L20", "L40S", "RTX-4090", "RTX-6000-ADA"), (8, 9)),
+    **dict.fromkeys(("H100-80GB", "H100-PCIE", "H100-NVL", "H200", "GH200-96GB", "GH200-144GB", "H20", "H800"),
+                    (9, 0)),
+    "B200": (10, 0),
+    **dict.fromkeys(("RTX-5090", "RTX-PRO-6000"), (12, 0)),
+}
+
 # Compared side by side when the user names no GPU.
 COMMON_GPUS: tuple[str, ...] = (
     "L4", "A10G", "L40S", "A100-40GB", "A100-80GB", "H100-80GB", "H200", "B200", "MI300X",
