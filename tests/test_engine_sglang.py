@@ -134,10 +134,11 @@ def test_token_pool_formula_llama():
 
 
 def test_weights_are_counted_in_allocator_segments():
-    # Qwen2.5-32B (QwQ-32B's shapes) at tp 4, bf16, per rank and layer: qkv 1,792 x 5,120 x 2 B = 17.5 MiB -> 18, o 5,120 x 1,280 x 2 B =
-    # 12.5 MiB -> 14, gate_up 13,824 x 5,120 x 2 B = 135 MiB -> 136, down 5,120 x 6,912 x 2 B = 67.5 MiB -> 68:
-    # 3.5 MiB a layer, 224 MiB over 64 layers; the vocabulary (38,016 rows x 5,120 x 2 B = 371.25 MiB -> 372, twice,
-    # untied) 1.5 MiB; the 129 norms (1,320,960 B) fill one 2 MiB small segment: 225.5 MiB + 776,192 B.
+    # Qwen2.5-32B (QwQ-32B's shapes) at tp 4, bf16, per rank and layer: qkv 1,792 x 5,120 x 2 B = 17.5 MiB
+    # -> 18, o 5,120 x 1,280 x 2 B = 12.5 MiB -> 14, gate_up 13,824 x 5,120 x 2 B = 135 MiB -> 136, down
+    # 5,120 x 6,912 x 2 B = 67.5 MiB -> 68: 3.5 MiB a layer, 224 MiB over 64 layers; the vocabulary (38,016 rows
+    # x 5,120 x 2 B = 371.25 MiB -> 372, twice, untied) 1.5 MiB; the 129 norms (1,320,960 B) fill one 2 MiB
+    # small segment: 225.5 MiB + 776,192 B.
     m = resolve_model("Qwen/Qwen2.5-32B", offline=True).model
     tensors = loaded_tensor_bytes(m, range(64), tp=4, elem=2, quant=None, first=True, last=True)
     assert tensors is not None

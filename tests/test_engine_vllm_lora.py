@@ -10,6 +10,7 @@ from kvplan.errors import FieldError
 from kvplan.hardware.gpus import find_gpu
 from kvplan.sources.resolve import resolve_model
 from kvplan.units import GiB
+from tests.conftest import run_cli, run_json
 
 
 def _model(name: str):
@@ -65,3 +66,18 @@ def test_mla_models_are_refused_not_guessed():
     with pytest.raises(FieldError, match="standard attention"):
         lora_slot_bytes(m, LoraSlots(), layers=range(m.num_layers), tp=1, elem=2, first=True, last=True,
                         extra_vocab=0)
+
+
+def test_estimate_flags_plan_the_slots_and_refuse_a_bad_rank(runner):
+    args = ("estimate", "meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "8192", "--gpu", "H100",
+            "--vllm-version", "0.19", "--offline")
+    data = run_json(runner, *args, "--max-loras", "4", "--max-lora-rank", "64")
+    assert data["request"]["engine_options"]["lora"] == {"max_loras": 4, "max_lora_rank": 64, "fully_sharded": False}
+    plain = run_json(runner, *args)
+    gained = plain["available_kv_cache_bytes"] - data["available_kv_cache_bytes"]
+    assert gained == 4 * (32 * 5_242_880 + 2 * (128_256 * 64 + 4096 * 64)) * 2  # the slots of the test above
+    bad = run_cli(runner, *args, "--max-lora-rank", "63")
+    assert bad.exit_code == 2 and "--max-lora-rank 63: must be one of 1, 8, 16" in bad.output
+    other = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--offline",
+                    "--engine", "sglang", "--max-loras", "2")
+    assert other.exit_code == 2 and "--max-loras is an option of --engine vllm" in other.output

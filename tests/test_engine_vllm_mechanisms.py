@@ -227,3 +227,15 @@ def test_cli_warmup_oom_does_not_fit_with_a_fix(runner):
     assert all(len(line) <= 80 for line in human.stdout.splitlines())
     ok = run_cli(runner, *base, "--gpu-memory-utilization", "0.9")
     assert ok.exit_code == 0 and ok.stdout.startswith("FITS")
+
+
+def test_single_gpu_non_torch_growth_follows_the_architecture():
+    # Hopper and later (and cards of unknown architecture) take the fit split's 0.25 GiB; compute capability
+    # below 9.0 takes 0.04 GiB, the median of the growth-only fit set's 5 single-GPU pre-Hopper logs (0.02, 0.02,
+    # 0.04, 0.10, 0.16). Parallel runs keep their own rows.
+    assert [non_torch_class(k, 1, 1) for k in ("T4", "A100-80GB", "L4", "H100-80GB", "B200", "MI300X")] == [
+        "single_pre_hopper", "single_pre_hopper", "single_pre_hopper", "single", "single", "single"]
+    assert non_torch_class("T4", 2, 1) == "other_tp" and non_torch_class("L4", 1, 2) == "pp"
+    m = _model("meta-llama/Llama-3.1-8B-Instruct")
+    t4 = plan_vllm(m, VllmFlags(max_model_len=4096, version="0.8.5", use_v1=False, dtype="float16"), find_gpu("T4"))
+    assert t4.stages[0].memory.non_torch_bytes == round(0.04 * GiB) == 42_949_673

@@ -2,8 +2,8 @@
 
 The fitted terms (activation peak, non-torch memory, CUDA graphs) come from the fit split: vLLM 0.19 on
 H100-80GB, the architectures below; the single-GPU non-torch growth before Hopper from the growth-only fit set
-(benchmarks/logs/vllm-nontorch-fit.jsonl, no held-out log in it). Everything else is the mechanism carried to other GPUs, releases and
-architectures; the band stated for those is what the held-out logs showed (`python
+(benchmarks/logs/vllm-nontorch-fit.jsonl, no held-out log in it). Everything else is the mechanism carried to
+other GPUs, releases and architectures; the band stated for those is what the held-out logs showed (`python
 benchmarks/vllm_accuracy.py`, benchmarks/results/vllm_accuracy.json, which a test keeps in step with this).
 """
 

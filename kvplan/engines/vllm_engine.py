@@ -225,7 +225,7 @@ def _terms(d: Deployment, r: VllmReport, m: StageMemory) -> list[MemoryTerm]:
         loaded = f"{d.weights.checkpoint_source or 'the given checkpoint size'}, as loaded on this rank"
         if d.parallelism.tp * d.parallelism.pp > 1:
             loaded += "; split over ranks as kvplan's parameter groups split (approximate)"
-    if m.lora_bytes and _lora_label(f):
+    if m.lora_bytes:
         loaded += f", {m.lora_bytes / GiB:.2f} GiB of it LoRA slots ({_lora_label(f)})"
     peak = f"activation peak of the profiling run ({f.max_num_batched_tokens:,} tokens"
     peak += f", {min(f.max_num_seqs, f.max_num_batched_tokens):,} sampler rows)" if m.runs_sampler else ")"
