@@ -239,3 +239,16 @@ def test_single_gpu_non_torch_growth_follows_the_architecture():
     m = _model("meta-llama/Llama-3.1-8B-Instruct")
     t4 = plan_vllm(m, VllmFlags(max_model_len=4096, version="0.8.5", use_v1=False, dtype="float16"), find_gpu("T4"))
     assert t4.stages[0].memory.non_torch_bytes == round(0.04 * GiB) == 42_949_673
+
+
+def test_vllm_runtime_bitsandbytes_is_4bit_not_tgis_int8():
+    # vLLM's BitsAndBytesConfig defaults to load_in_4bit without double quant: each linear weight becomes half a
+    # byte plus one fp32 absmax per 64 values (0.5625 B), where TGI's --quantize bitsandbytes is int8. The
+    # embedding and the head stay bf16. Llama-3.1-8B's 6,979,321,856 linear weights: 2 B -> 0.5625 B each.
+    m = _model("meta-llama/Llama-3.1-8B-Instruct")
+    linear = sum(g.params for g in m.param_groups if g.quantizable)
+    assert linear == 6_979_321_856
+    plain = plan_vllm(m, VllmFlags(max_model_len=8192, version="0.19"), find_gpu("L4"))
+    bnb = plan_vllm(m, VllmFlags(max_model_len=8192, version="0.19", quantization="bitsandbytes"), find_gpu("L4"))
+    saved = plain.stages[0].memory.weights_bytes - bnb.stages[0].memory.weights_bytes
+    assert saved == linear * 2 - linear // 2 - linear // 64 * 4

@@ -14,7 +14,9 @@ from kvplan.units import cdiv
 # --quantization fp8, one fp32 scale per tensor. bitsandbytes (TGI --quantize): LLM.int8, int8 rows with an
 # fp32 scale each; bitsandbytes-nf4/-fp4: 4-bit values in blocks of 64 whose absmax is itself quantized to
 # 8 bits (TGI builds Params4bit with compress_statistics=True: one byte per 64 values, plus one fp32 per
-# 256 absmax values, 0.02% more, not counted). eetq: int8 per output channel with an fp16 scale.
+# 256 absmax values, 0.02% more, not counted). bitsandbytes-4bit: what vLLM's --quantization bitsandbytes
+# makes of an unquantized checkpoint (its BitsAndBytesConfig defaults: load_in_4bit, fp4, no double quant):
+# 4-bit values with one fp32 absmax per 64. eetq: int8 per output channel with an fp16 scale.
 # Embeddings, norms and the head stay in the model dtype.
 _RUNTIME: dict[str, QuantSpec] = {
     "fp8": QuantSpec("fp8", 8, scale_bytes=4, note="runtime fp8 (per-tensor scales)"),
@@ -23,6 +25,8 @@ _RUNTIME: dict[str, QuantSpec] = {
                                   note="bitsandbytes nf4 (8-bit absmax per 64)"),
     "bitsandbytes-fp4": QuantSpec("bitsandbytes-fp4", 4, group_size=64, scale_bytes=1,
                                   note="bitsandbytes fp4 (8-bit absmax per 64)"),
+    "bitsandbytes-4bit": QuantSpec("bitsandbytes", 4, group_size=64, scale_bytes=4,
+                                   note="bitsandbytes 4-bit in flight (fp32 absmax per 64)"),
     "eetq": QuantSpec("eetq", 8, scale_bytes=2, note="EETQ int8 (per-channel fp16 scales)"),
 }
 RUNTIME_QUANTIZATIONS = tuple(_RUNTIME)

@@ -49,6 +49,12 @@ USAGES = ("serve", "llm")  # `vllm serve` (OPENAI_API_SERVER) or the LLM class (
 INSTALLS = ("image", "wheel")
 
 
+# vLLM's meaning of a runtime quantization name where it differs from TGI's: --quantization bitsandbytes on an
+# unquantized checkpoint loads 4-bit (vllm/model_executor/layers/quantization/bitsandbytes.py: load_in_4bit
+# defaults to True), where TGI's --quantize bitsandbytes is int8.
+VLLM_RUNTIME = {"bitsandbytes": "bitsandbytes-4bit"}
+
+
 @dataclass(frozen=True)
 class VllmFlags:
     """vLLM's own serve flags; None means vLLM's default for the GPU and version."""
@@ -430,7 +436,7 @@ def plan_vllm(
         raise FieldError("engine.version", f"vLLM {f.version} cannot load mxfp4 weights (0.10.1 and later)",
                          f.version)
     memories = stage_memory(
-        model, dtype=f.dtype, tp=f.tp, pp=f.pp, quantization=f.quantization,
+        model, dtype=f.dtype, tp=f.tp, pp=f.pp, quantization=VLLM_RUNTIME.get(f.quantization or "", f.quantization),
         max_num_batched_tokens=f.max_num_batched_tokens, max_num_seqs=f.max_num_seqs, non_torch=non_torch,
         charge_context=charge_context, sampler=_sampler_path(f), moe_workspace_kept=_moe_workspace_kept(f),
         encoder=encoder,
