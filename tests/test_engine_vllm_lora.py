@@ -78,6 +78,8 @@ def test_estimate_flags_plan_the_slots_and_refuse_a_bad_rank(runner):
     assert gained == 4 * (32 * 5_242_880 + 2 * (128_256 * 64 + 4096 * 64)) * 2  # the slots of the test above
     bad = run_cli(runner, *args, "--max-lora-rank", "63")
     assert bad.exit_code == 2 and "--max-lora-rank 63: must be one of 1, 8, 16" in bad.output
+    none = run_cli(runner, *args, "--max-loras", "0")
+    assert none.exit_code == 2 and "--max-loras 0: must be from 1 to 1024" in none.output
     other = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--offline",
                     "--engine", "sglang", "--max-loras", "2")
     assert other.exit_code == 2 and "--max-loras is an option of --engine vllm" in other.output

@@ -66,11 +66,12 @@ def _engine_options(engine: str, f: dict[str, Any]) -> Any:
 
 def _lora(f: dict[str, Any]) -> Any:
     """vLLM's LoRA slots when any LoRA flag is given (vLLM's defaults: 1 adapter of rank 16), else None."""
-    if not (f["enable_lora"] or f["max_loras"] or f["max_lora_rank"]):
+    if not f["enable_lora"] and f["max_loras"] is None and f["max_lora_rank"] is None:
         return None
     from kvplan.engines.vllm_lora import LoraSlots
 
-    return LoraSlots(max_loras=f["max_loras"] or 1, max_lora_rank=f["max_lora_rank"] or 16)
+    given = {k: f[k] for k in ("max_loras", "max_lora_rank") if f[k] is not None}
+    return LoraSlots(**given)
 
 
 def _gpu_names(gpu: str | None) -> tuple[str, ...]:
