@@ -107,7 +107,7 @@ def test_real_gie_abbreviated_max_num_seq() -> None:
     )
     assert r.gpu is None and "gpu" in unresolved_fields(r)
     # --enable-lora --max-loras 2 --max-lora-rank 32: planned as LoRA slots, not listed as an ignored flag.
-    assert r.lora_slots == (2, 32)
+    assert r.lora_slots == (2, 32, False)
     assert "enable-lora" not in {f.flag.lstrip("-") for f in r.ignored_flags}
 
 

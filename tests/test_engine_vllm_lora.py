@@ -42,6 +42,10 @@ def test_slots_scale_with_max_loras_and_split_over_tp():
     two = lora_slot_bytes(m, LoraSlots(1, 16), layers=range(32), tp=2, elem=2, first=False, last=False,
                           extra_vocab=0)
     assert one // 2 < two < one
+    # --fully-sharded-loras also splits the column layers' A (q/k/v and gate/up: 5 stacks of r x H per layer).
+    sharded = lora_slot_bytes(m, LoraSlots(1, 16, fully_sharded=True), layers=range(32), tp=2, elem=2,
+                              first=False, last=False, extra_vocab=0)
+    assert two - sharded == 32 * 5 * 8 * 4096 * 2
 
 
 def test_plan_counts_slots_as_weights_and_shrinks_kv():

@@ -202,7 +202,7 @@ def _options(log: StartupLog, version: str | None, user_only: bool) -> tuple[Eng
         version=chosen, gpu_memory_utilization=util, block_size=given("block_size"), max_num_seqs=given("max_num_seqs"),
         max_num_batched_tokens=given("max_num_batched_tokens"),
         enable_prefix_caching=True if caching is None else bool(caching), install=s.install or "image",
-        lora=LoraSlots(s.max_loras or 1, s.max_lora_rank or 16) if s.enable_lora else None,
+        lora=LoraSlots(s.max_loras or 1, s.max_lora_rank or 16, bool(s.fully_sharded_loras)) if s.enable_lora else None,
     )
     return _with_engine(options, s.vllm_engine), [note] if note else []
 

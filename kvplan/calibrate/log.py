@@ -129,6 +129,7 @@ class LogSettings:
     enable_lora: bool | None = None
     max_loras: int | None = None
     max_lora_rank: int | None = None
+    fully_sharded_loras: bool | None = None
     vllm_engine: str | None = None
     install: str | None = None
     user_set: frozenset[str] = frozenset()

@@ -151,6 +151,7 @@ _FLAG_FIELDS = {
     "enable_lora": ("enable_lora", bool),
     "max_loras": ("max_loras", int),
     "max_lora_rank": ("max_lora_rank", int),
+    "fully_sharded_loras": ("fully_sharded_loras", bool),
 }
 _ABBREVIATED = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"}
 

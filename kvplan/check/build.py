@@ -301,7 +301,7 @@ def build_request(
         # vLLM's defaults: one adapter slot of rank 16. A value that cannot be read is already unresolved.
         loras = whole("max_loras") if "max_loras" in names else None
         rank = whole("max_lora_rank") if "max_lora_rank" in names else None
-        lora = (1 if loras is None else loras, 16 if rank is None else rank)
+        lora = (1 if loras is None else loras, 16 if rank is None else rank, _switch(parsed, "fully-sharded-loras"))
     allow_long = bool(env) and bool_word((env or {}).get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "")) == "true"
 
     gpu, gpu_source = hardware.gpu, hardware.gpu_source

@@ -96,7 +96,8 @@ class DeploymentRequest:
     max_batch_total_tokens: int | None = None  # TGI --max-batch-total-tokens: the KV pool in tokens
     max_model_len_cap_tokens: int | None = None  # TGI < 3 without --max-total-tokens: min(context, 4096)
     allow_long_max_model_len: bool = False  # env VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
-    lora_slots: tuple[int, int] | None = None  # vLLM --enable-lora: (--max-loras, --max-lora-rank)
+    # vLLM --enable-lora: (--max-loras, --max-lora-rank, --fully-sharded-loras)
+    lora_slots: tuple[int, int, bool] | None = None
     engine_version: str | None = None  # from the image tag, e.g. "0.10.1" (vllm/vllm-openai:v0.10.1)
     # Hardware as resolved against the catalog (or --gpu-mem): the key and the memory the figures use.
     gpu_key: str | None = None

@@ -210,8 +210,8 @@ def _as_dict(result: CheckResult, min_margin: float | None) -> dict[str, Any]:
         "dp_attention": req.dp_attention,
         "expert_parallel": req.expert_parallel,
         "cpu_offload_bytes": req.cpu_offload_bytes,
-        "lora_slots": None if req.lora_slots is None else {"max_loras": req.lora_slots[0],
-                                                            "max_lora_rank": req.lora_slots[1]},
+        "lora_slots": None if req.lora_slots is None else dict(
+            zip(("max_loras", "max_lora_rank", "fully_sharded"), req.lora_slots, strict=True)),
         "gpu_key": req.gpu_key,
         "gpu_memory_bytes": req.gpu_memory_bytes,
         "ignored_flags": [{"flag": f.flag, "value": f.value, "why": f.why, "line": f.line} for f in req.ignored_flags],

@@ -296,7 +296,8 @@ def loaded_tensor_bytes(model: ModelSpec, layers: range, *, tp: int, elem: int, 
                         first: bool, last: bool) -> list[int] | None:
     """The weight tensors one rank of a stage holds as SGLang loads them: q/k/v fused into qkv_proj, gate and
     up into gate_up_proj, each MoE layer's experts in two 3-D tensors, the vocabulary split over tp. None for
-    layers this does not describe (MLA, Mamba, linear attention): their rounding is not counted."""
+    layers this does not describe (MLA, Mamba, linear attention): their rounding is not counted. Shapes are cut
+    by tp only: under DP attention or expert parallel the rounding is that of the tp split, within a few MiB."""
     g = model.geometry
     if g.mla is not None or g.mamba is not None or g.linear_attention is not None:
         return None

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal, check_counts
-from kvplan.engines.vllm import INSTALLS, USAGES, ResolvedFlags, VllmFlags, VllmReport, plan_vllm
+from kvplan.engines.vllm import INSTALLS, USAGES, VllmFlags, VllmReport, plan_vllm
 from kvplan.engines.vllm_calibration import calibration_for
 from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.engines.vllm_memory import StageMemory, WeightSplit
@@ -206,12 +206,6 @@ def _notes(d: Deployment, r: VllmReport) -> list[str]:
     return out
 
 
-def _lora_label(f: ResolvedFlags) -> str:
-    """The LoRA slots a plan holds, for people: "1 x rank 64"; empty without LoRA."""
-    lora = f.lora
-    return f"{lora.max_loras} x rank {lora.max_lora_rank}" if lora is not None else ""
-
-
 def _terms(d: Deployment, r: VllmReport, m: StageMemory) -> list[MemoryTerm]:
     """What this release subtracts from the requested memory on the limiting rank, each term labelled."""
     f = r.flags
@@ -225,8 +219,9 @@ def _terms(d: Deployment, r: VllmReport, m: StageMemory) -> list[MemoryTerm]:
         loaded = f"{d.weights.checkpoint_source or 'the given checkpoint size'}, as loaded on this rank"
         if d.parallelism.tp * d.parallelism.pp > 1:
             loaded += "; split over ranks as kvplan's parameter groups split (approximate)"
-    if m.lora_bytes:
-        loaded += f", {m.lora_bytes / GiB:.2f} GiB of it LoRA slots ({_lora_label(f)})"
+    if m.lora_bytes and f.lora is not None:
+        slots = f"{f.lora.max_loras} x rank {f.lora.max_lora_rank}"
+        loaded += f", {m.lora_bytes / GiB:.2f} GiB of it LoRA slots ({slots})"
     peak = f"activation peak of the profiling run ({f.max_num_batched_tokens:,} tokens"
     peak += f", {min(f.max_num_seqs, f.max_num_batched_tokens):,} sampler rows)" if m.runs_sampler else ")"
     if m.encoder_bytes:

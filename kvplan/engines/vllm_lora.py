@@ -21,6 +21,7 @@ routed experts of MoE layers (FusedMoEWithLoRA, 0.11+) are not counted.
 from __future__ import annotations
 
 from kvplan.errors import FieldError
+from kvplan.model.kinds import LayerKind
 from kvplan.model.specs import ModelSpec
 from kvplan.records import dataclass
 from kvplan.units import cdiv
@@ -30,7 +31,7 @@ LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 EXTRA_VOCAB = 256  # lora_extra_vocab_size's default (up to 0.11)
 EXTRA_VOCAB_PADDING = 256  # lora_vocab_padding_size: the LM head's rows with the extra vocabulary
 # Layer kinds whose projections are the four standard ones (q/k/v packed, o, gate/up packed, down).
-_STANDARD = ("full_attention", "sliding_window", "chunked_local")
+_STANDARD = (LayerKind.FULL_ATTENTION, LayerKind.SLIDING_WINDOW, LayerKind.CHUNKED_LOCAL)
 
 
 @dataclass(frozen=True)

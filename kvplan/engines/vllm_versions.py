@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from kvplan.engines.vllm_lora import EXTRA_VOCAB
 from kvplan.errors import FieldError
 from kvplan.records import dataclass
 
@@ -69,7 +70,7 @@ class VllmRules:
     mxfp4: bool = False  # gpt-oss mxfp4 MoE weights load (0.10.1+) [1.10]
     kv_cache_memory_option: bool = False  # --kv-cache-memory-bytes exists (0.10.2+) [1.2]
     combined_kv_line: bool = False  # "GPU KV cache size" and "Maximum concurrency" on one line (0.28+) [1.8]
-    lora_extra_vocab: int = 256  # lora_extra_vocab_size: rows each LoRA slot adds to the vocabulary [1.16]
+    lora_extra_vocab: int = EXTRA_VOCAB  # lora_extra_vocab_size: rows a LoRA slot adds to the vocabulary [1.16]
 
     @property
     def release(self) -> str:
