@@ -126,7 +126,9 @@ def _logged(log: StartupLog) -> tuple[int | None, int | None]:
 
 
 def _pool(v: Verdict) -> tuple[int, int]:
-    return v.account.kv_cache_tokens or 0, int(v.account.detail.get("kv_pool_bytes", 0))
+    """Tokens and the token pool's K + V bytes, as the log's "KV Cache is allocated" lines count them (a
+    hybrid's state pool is logged apart)."""
+    return v.account.kv_cache_tokens or 0, int(v.account.detail.get("token_pool_bytes", 0))
 
 
 def _called(logged: str, v: Verdict) -> tuple[bool | None, str]:

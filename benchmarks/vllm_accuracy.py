@@ -35,6 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from kvplan.calibrate.vllm_log import install_shown  # noqa: E402
 from kvplan.capacity.deployment import BoxProfile  # noqa: E402
+from kvplan.capacity.weights import CHECKPOINT_FLAGS, names_checkpoint_format  # noqa: E402
 from kvplan.engines.vllm import VllmFlags, VllmReport, plan_vllm, resolve_flags  # noqa: E402
 from kvplan.engines.vllm_graphs import capture_sizes  # noqa: E402
 from kvplan.engines.vllm_lora import LoraSlots  # noqa: E402
@@ -237,6 +238,7 @@ def _vllm_flags(row: dict, release: str, model: ModelSpec) -> tuple[VllmFlags, d
     install = install_shown(raw) or "image"
     eager = given.get("enforce_eager", cfg.get("enforce_eager"))
     kv_dtype = row.get("kv_cache_dtype") or given.get("kv_cache_dtype") or cfg.get("kv_cache_dtype") or "auto"
+    caching = _flag(given.get("enable_prefix_caching"))
     flags = VllmFlags(
         max_model_len=int(max_len) if max_len else None,
         gpu_memory_utilization=float(util) if util else None,
@@ -248,7 +250,7 @@ def _vllm_flags(row: dict, release: str, model: ModelSpec) -> tuple[VllmFlags, d
         pipeline_parallel_size=row.get("pp") or int(given.get("pipeline_parallel_size") or 1),
         dtype=dtype if dtype not in ("half",) else "float16",
         quantization=quant if (model.quant is None and quant in RUNTIME_QUANT) else None,
-        enable_prefix_caching=bool(_flag(given.get("enable_prefix_caching", True))),
+        enable_prefix_caching=None if caching is None else bool(caching),
         version=release,
         use_v1=use_v1,
         usage="serve" if serve else "llm",
@@ -306,13 +308,26 @@ def _case(row: dict, split: str, logs: Path, aliases: dict) -> Case:
     if gpu is None:
         return replace(case, model=model, skip="GPU not named and no total logged")
     flags, seen = _vllm_flags(row, release, model)
-    quantized_variant = relation == "quantized variant" or (seen["quantization"] and model.quant is None
-                                                            and seen["quantization"] not in RUNTIME_QUANT)
+    quantized_variant = relation == "quantized variant" or _other_quantization(seen["quantization"], model)
     if quantized_variant and not row.get("weights_gib"):
         return replace(case, model=model, gpu=gpu, flags=flags,
                        skip="checkpoint quantization not in the config and no weights logged")
+    if relation == "uncertain" and not row.get("weights_gib"):
+        return replace(case, model=model, gpu=gpu, flags=flags, skip="checkpoint not named and no weights logged")
     return replace(case, model=model, gpu=gpu, flags=flags, weights_from_log=bool(quantized_variant),
                    version_inferred=inferred, gpu_from_total=from_total)
+
+
+def _other_quantization(flag: str | None, model: ModelSpec) -> bool:
+    """The log's --quantization names a format the config does not hold: the config is not the checkpoint's.
+
+    club-3090's Qwen3.6-27B runs pass auto_round (an AutoRound INT4 checkpoint) while the config that stands
+    in for them is NVIDIA's ModelOpt export; a config without quantization under any non-runtime flag."""
+    if not flag:
+        return False
+    if model.quant is None:
+        return flag not in RUNTIME_QUANT
+    return flag in CHECKPOINT_FLAGS and not names_checkpoint_format(flag, model.quant)
 
 
 # --- evaluation ----------------------------------------------------------------------------------------------

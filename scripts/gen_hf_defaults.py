@@ -1,4 +1,4 @@
-"""Regenerate kvplan/hf_defaults.json: the Transformers config-class defaults kvplan applies to absent keys.
+"""Regenerate kvplan/model/hf_defaults.json: the Transformers config-class defaults kvplan applies to absent keys.
 
 A config.json only lists what differs from its class's defaults (Gemma 3 configs omit vocab_size and
 sliding_window_pattern); Transformers and vLLM read the class defaults for the rest, so kvplan must too.
@@ -32,7 +32,7 @@ KEYS = (
     # vision towers (vision_config), whose weights count toward weight memory
     "num_channels image_size patch_size vision_use_head pixel_shuffle_ratio projector_input_dim "
     "projector_output_dim vision_output_dim depth in_chans in_channels temporal_patch_size spatial_merge_size "
-    "out_hidden_size"
+    "out_hidden_size num_position_embeddings deepstack_visual_indexes attn_output_gate"
 ).split()
 
 MODEL_TYPES = (
@@ -40,7 +40,7 @@ MODEL_TYPES = (
     "qwen3_moe qwen3_next gemma gemma2 gemma3 gemma3_text gemma3n gemma3n_text granite granitemoe "
     "granitemoehybrid phi phi3 opt gpt2 gpt_bigcode falcon deepseek_v2 deepseek_v3 gpt_oss nemotron_h "
     "jamba starcoder2 cohere cohere2 olmo2 llava llava_next siglip_vision_model llama4_vision_model "
-    "qwen2_5_vl_vision"
+    "qwen2_5_vl_vision qwen3_5 qwen3_5_text qwen3_5_moe qwen3_5_moe_text qwen3_5_vision qwen3_5_moe_vision"
 ).split()
 
 
@@ -73,7 +73,7 @@ def main() -> None:
         out[model_type] = {
             k: cfg[k] for k in KEYS if k in cfg and k not in skip and not isinstance(cfg[k], dict)
         }
-    path = pathlib.Path(__file__).resolve().parent.parent / "kvplan" / "hf_defaults.json"
+    path = pathlib.Path(__file__).resolve().parent.parent / "kvplan" / "model" / "hf_defaults.json"
     path.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     print(f"wrote {path} ({len(out) - 1} model types)")
 

@@ -302,3 +302,28 @@ def test_sglang_version_flag(runner):
     assert r.exit_code == 2 and "--sglang-version 0.2.9: kvplan models SGLang from 0.3.0" in r.output
     r = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--sglang-version", "0.4.3")
     assert r.exit_code == 2 and "vllm's counterpart is --vllm-version" in r.output
+
+
+def test_stated_error_band_is_the_benchmark_result():
+    # benchmarks/sglang_accuracy.py writes its summary lines; the engine quotes them in every plan.
+    import re
+    from pathlib import Path
+
+    from kvplan.engines import sglang
+
+    text = (Path(__file__).resolve().parent.parent / "benchmarks/results/sglang_accuracy.md").read_text()
+    for mode, logs, mae, worst in (("A", sglang.A_LOGS, sglang.A_MAE_PCT, sglang.A_WORST_PCT),
+                                   ("B", sglang.B_LOGS, sglang.B_MAE_PCT, sglang.B_WORST_PCT)):
+        m = re.search(rf"^- {mode}, KV tokens: (\d+) logs, MAE ([\d.]+)%, worst [+-]([\d.]+)%", text, re.M)
+        assert m is not None and (int(m[1]), float(m[2]), float(m[3])) == (logs, mae, worst)
+    band = plan(_d("meta-llama/Llama-3.1-8B-Instruct", gpu=find_gpu("A10"))).account.calibration.error_band
+    assert f"{sglang.B_MAE_PCT}% and {sglang.B_WORST_PCT}% on {sglang.B_LOGS} logs" in band
+
+
+def test_state_pool_uses_sglangs_own_state_dtypes():
+    # Qwen3-Next-80B (bf16, no state dtype in its config): each of its 36 DeltaNet layers keeps, in SGLang, a
+    # bf16 conv state (2 x 16 x 128 + 32 x 128 = 8,192 channels x 3) = 49,152 B and a float32 recurrent state
+    # (--mamba-ssm-dtype's default) 32 x 128 x 128 x 4 B = 2,097,152 B: 36 x 2,146,304 = 77,266,944 B a
+    # request, where vLLM keeps both in bf16 (36 x 1,097,728).
+    r = plan_sglang(_d("Qwen/Qwen3-Next-80B-A3B-Thinking", gpu=custom_gpu(200 * GiB)))
+    assert r.state_bytes == 36 * 2_146_304 == 77_266_944

@@ -301,3 +301,54 @@ def test_pages_that_do_not_divide_are_refused_with_both_sizes():
     specs = [VllmLayerSpec("sliding_window", 6144, 128), VllmLayerSpec("full_attention", 4096)]
     with pytest.raises(InputError, match="pages of 65,536 B and 98,304 B"):
         kv_cache_layout(specs, 16)
+
+
+def test_qwen3_6_moe_float32_deltanet_state_sets_the_attention_block():
+    # nvidia/Qwen3.6-35B-A3B-NVFP4, bf16 KV, one GPU. Each DeltaNet layer holds conv (2 x 16 x 128 + 32 x 128,
+    # 3) x 2 B = 49,152 B and a float32 recurrent state (its config's mamba_ssm_dtype, which vLLM >= 0.17
+    # honours) 32 x 128 x 128 x 4 B = 2,097,152 B: 2,146,304 B. Attention: 2 KV heads x 256 x 2 x 2 B =
+    # 2,048 B/token, so vLLM raises the block to 16 x cdiv(2,146,304, 16 x 2,048) = 16 x 66 = 1,056 tokens.
+    r = plan_vllm(_model("nvidia/Qwen3.6-35B-A3B-NVFP4"), VllmFlags(max_model_len=32768, version="0.24"), H100)
+    layout = r.stages[0].layout
+    assert layout.block_size == 1056
+    # A block id spans 10 layers (10 attention and 30 DeltaNet layers, in groups of 10) of 1,056 x 2,048 B.
+    assert layout.bytes_per_block == 10 * 1056 * 2048
+
+
+def test_prefix_caching_on_a_deltanet_hybrid_holds_two_state_pages():
+    # club-3090 #612 (vLLM 0.24.0, RTX 5090): Qwen3.6-35B-A3B NVFP4, fp8 KV, --enable-prefix-caching,
+    # max_model_len 131,072. Pages: fp8 attention 2 x 256 x 2 x 1 B = 1,024 B/token; DeltaNet state 49,152 +
+    # 2,097,152 = 2,146,304 B -> blocks of 16 x cdiv(2,146,304, 16 x 1,024) = 2,096 tokens. Prefix caching
+    # puts the DeltaNet layers in mamba_cache_mode "align": 2 pages per request in each of the 3 state groups,
+    # beside cdiv(131,072, 2,096) = 63 attention blocks -> 69 (66 with prefix caching off, vLLM's default for
+    # hybrids). The log's 5.98 GiB then holds 299 blocks, 298 usable: 298 / 69 = 4.32x, as logged (4.33x).
+    model = _model("nvidia/Qwen3.6-35B-A3B-NVFP4")
+    flags = dict(max_model_len=131072, kv_cache_dtype="fp8", version="0.24.0", max_num_seqs=1)
+    on = plan_vllm(model, VllmFlags(**flags, enable_prefix_caching=True), find_gpu("RTX-5090"))
+    off = plan_vllm(model, VllmFlags(**flags), find_gpu("RTX-5090"))
+    assert (on.stages[0].layout.block_size, on.blocks_per_request, off.blocks_per_request) == (2096, 69, 66)
+    assert off.flags.enable_prefix_caching is False and on.flags.enable_prefix_caching is True
+    blocks = round(5.98 * GiB) // on.stages[0].layout.bytes_per_block
+    assert round((blocks - 1) / 69, 2) == 4.32
+    # Before 0.15 there is no mamba_cache_mode: one state page a request either way.
+    old = plan_vllm(model, VllmFlags(**{**flags, "version": "0.14.1"}, enable_prefix_caching=True), H100)
+    assert old.stages[0].layout.mamba_cache_mode == "none"
+
+
+def test_prefix_caching_on_a_mamba_hybrid_takes_all_mode_blocks(runner):
+    # Nemotron-H-56B (bf16), one GPU: a Mamba2 state is conv 20,480 x 3 x 2 B + SSM 256 x 64 x 256 x 2 B =
+    # 8,511,488 B; attention 8 KV heads x 128 x 2 x 2 B = 4,096 B/token. Without prefix caching the block is
+    # 16 x cdiv(8,511,488, 16 x 4,096) = 2,080 tokens and a request at 8,192 tokens holds cdiv(8,192, 2,080) =
+    # 4 attention blocks + 1 page in each of the 6 Mamba groups = 10. With it, vLLM 0.15+ uses mamba_cache_mode
+    # "all": the block is a multiple of lcm(chunk_size 128, 16) = 128 holding a state, 128 x cdiv(2,078, 128) =
+    # 2,176 tokens, and every group, Mamba too, holds cdiv(8,192, 2,176) = 4 blocks: 4 + 6 x 4 = 28.
+    model = _model("nvidia/Nemotron-H-56B-Base-8K")
+    off = plan_vllm(model, VllmFlags(max_model_len=8192, version="0.24"), find_gpu("H200"))
+    on = plan_vllm(model, VllmFlags(max_model_len=8192, version="0.24", enable_prefix_caching=True),
+                   find_gpu("H200"))
+    assert (off.stages[0].layout.block_size, off.blocks_per_request) == (2080, 10)
+    assert (on.stages[0].layout.block_size, on.blocks_per_request) == (2176, 28)
+    out = run_cli(runner, "estimate", "nvidia/Nemotron-H-56B-Base-8K", "--seq", "8192", "--gpu", "H200",
+                  "--vllm-version", "0.24", "--enable-prefix-caching", "--json")
+    notes = " ".join(json.loads(out.stdout)["gpus"][0]["notes"])
+    assert "mamba_cache_mode 'all': a request holds a state page per 2176-token block" in notes

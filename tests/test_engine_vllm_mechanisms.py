@@ -101,54 +101,73 @@ def test_gpt_oss_weights_as_vllm_loads_them_on_h100(tp, logged_gib):
 
 def test_encoder_profile_qwen25_vl():
     # One 16,384-token image (65,536 patches) fits the budget max(8,192, 16,384): width 1,280, gated MLP
-    # 3,420: 65,536 x (2 x 1,280 + 3 x 3,420) x 2 B = 1,680,343,040 plus pixels 65,536 x 1,176 x (4 + 2) B =
-    # 462,422,016 -> 2,142,765,056 B; embeddings 16,384 x 3,584 x 2 B = 117,440,512 B stay cached.
+    # 3,420: 65,536 x (2 x 1,280 + 3 x 3,420) x 2 B = 1,680,343,040 B of activations. From 0.9.1 the pixels
+    # arrive in bf16 (65,536 x 1,176 x 2 B = 154,140,672 -> 1,834,483,712 B); before, in float32 beside the
+    # encoder's bf16 copy (x (4 + 2) B = 462,422,016 -> 2,142,765,056 B). Embeddings 16,384 x 3,584 x 2 B =
+    # 117,440,512 B stay cached.
     vl = _model("Qwen/Qwen2.5-VL-7B-Instruct")
-    e = encoder_profile(vl, dtype_bytes=2, max_num_batched_tokens=8192, max_num_seqs=1024, max_model_len=32768)
-    assert (e.items, e.tokens, e.peak_bytes, e.cached_bytes) == (1, 16384, 2_142_765_056, 117_440_512)
+    kw = dict(dtype_bytes=2, max_num_batched_tokens=8192, max_num_seqs=1024, max_model_len=32768)
+    e = encoder_profile(vl, **kw, pixels_in_model_dtype=True)
+    assert (e.items, e.tokens, e.peak_bytes, e.cached_bytes) == (1, 16384, 1_834_483_712, 117_440_512)
+    assert encoder_profile(vl, **kw, pixels_in_model_dtype=False).peak_bytes == 2_142_765_056
 
 
 def test_encoder_profile_gemma3_fills_the_budget_with_images():
     # 256 tokens per image: 8,192 // 256 = 32 images, 131,072 patches through SigLIP (width 1,152, MLP 4,304):
-    # 131,072 x (2,304 + 8,608) x 2 B + 131,072 x 588 x 6 B = 3,322,937,344 B.
+    # 131,072 x (2,304 + 8,608) x 2 B + 131,072 x 588 x 2 B of bf16 pixels = 3,014,656,000 B.
     gemma = _model("google/gemma-3-4b-it")
-    e = encoder_profile(gemma, dtype_bytes=2, max_num_batched_tokens=8192, max_num_seqs=1024, max_model_len=8192)
-    assert (e.items, e.peak_bytes) == (32, 3_322_937_344)
+    e = encoder_profile(gemma, dtype_bytes=2, max_num_batched_tokens=8192, max_num_seqs=1024, max_model_len=8192,
+                        pixels_in_model_dtype=True)
+    assert (e.items, e.peak_bytes) == (32, 3_014_656_000)
     assert encoder_profile(_model("meta-llama/Llama-3.1-8B-Instruct"), dtype_bytes=2, max_num_batched_tokens=8192,
-                           max_num_seqs=1024, max_model_len=8192) is None
+                           max_num_seqs=1024, max_model_len=8192, pixels_in_model_dtype=True) is None
+
+
+def test_encoder_profile_qwen3_6_image():
+    # Qwen3.6's processor: one 4,096 x 4,096 image, 65,536 patches of 3 x 2 x 16 x 16 = 1,536 values, 16,384
+    # tokens. Its tower: width 1,152, a plain MLP of 4,304 (fc1 output and its GELU both live): 65,536 x
+    # (2 x 1,152 + 2 x 4,304) x 2 B = 1,430,257,664 B, plus bf16 pixels 65,536 x 1,536 x 2 B = 201,326,592 B.
+    # The embeddings cached: 16,384 x 2,048 (the 35B-A3B's text width) x 2 B = 67,108,864 B.
+    moe = _model("nvidia/Qwen3.6-35B-A3B-NVFP4")
+    e = encoder_profile(moe, dtype_bytes=2, max_num_batched_tokens=8192, max_num_seqs=1, max_model_len=131072,
+                        pixels_in_model_dtype=True)
+    assert (e.items, e.tokens, e.peak_bytes, e.cached_bytes) == (1, 16384, 1_631_584_256, 67_108_864)
 
 
 def test_encoder_takes_kv_memory_on_a_24gb_card():
-    # Qwen2.5-VL-7B on an RTX 4090 (0.19, 2,048-token step): the encoder's 2.0 GiB peak, not the language
-    # model's 0.6 GiB, sets the activation term, so the KV cache loses about 1.4 GiB (~25,000 tokens).
+    # Qwen2.5-VL-7B on an RTX 4090 (0.19, 2,048-token step): the encoder's 1.7 GiB peak, not the language
+    # model's 0.6 GiB, sets the activation term, so the KV cache loses about 1.1 GiB (~20,000 tokens).
     vl = _model("Qwen/Qwen2.5-VL-7B-Instruct")
     r = plan_vllm(vl, VllmFlags(max_model_len=32768, version="0.19"), find_gpu("RTX-4090"))
     m = r.stages[0].memory
-    # 65,536 patches x (2 x 1,280 + 10,260) x 2 B + the pixels in float32 and bf16 (65,536 x 1,176 x (4 + 2) B).
-    assert m.activation_peak_bytes == m.encoder_bytes == 2_142_765_056  # pixels included; the LM's peak is smaller
-    # 1.4 GiB at 57,344 B per token (28 layers x 4 KV heads x 128 x 2 x 2 B) is ~26,000 tokens: from ~96,000
-    # with the language model's peak to ~70,500 (70,480 with the RTX 4090's 0.04 GiB of non-torch growth).
-    assert 69_000 < r.kv_cache_tokens < 72_000
+    # 65,536 patches x (2 x 1,280 + 10,260) x 2 B + the pixels in bf16 (65,536 x 1,176 x 2 B).
+    assert m.activation_peak_bytes == m.encoder_bytes == 1_834_483_712  # pixels included; the LM's peak is smaller
+    # 1.1 GiB at 57,344 B per token (28 layers x 4 KV heads x 128 x 2 x 2 B) is ~21,000 tokens: from ~96,000
+    # with the language model's peak to ~75,900 (75,856 with the RTX 4090's 0.04 GiB of non-torch growth).
+    assert 75_000 < r.kv_cache_tokens < 77_000
 
 
 def test_v0_runs_the_multimodal_prompt_through_the_language_model():
     # V0 (0.9.2, Unsloth's 2,048-token step and 1 sequence): min(1, 2,048 // 16,384) -> 1 dummy sequence whose
     # prompt holds one 16,384-token image and is not cut to the step, so the language model runs over 16,384
     # tokens: 0.096 GiB + 2.926 x 16,384 x 2 B x (18,944 + 3,584) = 2,263,045,111 B, with the embeddings
-    # (117,440,512 B) and the float32 pixels (65,536 x 1,176 x 4 = 308,281,344 B) still held: 2,688,766,967 B,
-    # above the encoder's own 2,142,765,056 B (the T4 logs of this run print 2.71 GiB).
+    # (117,440,512 B) and the pixels, fp16 from 0.9.1 (65,536 x 1,176 x 2 = 154,140,672 B), still held:
+    # 2,534,626,295 B, above the encoder's own 1,834,483,712 B (the T4 logs of this run print 2.71 GiB).
     vl = _model("Qwen/Qwen2.5-VL-7B-Instruct")
-    e = v0_encoder_profile(vl, dtype_bytes=2, max_num_batched_tokens=2048, max_num_seqs=1)
-    assert (e.items, e.lm_tokens, e.lm_rows, e.cached_bytes) == (1, 16384, 1, 117_440_512 + 308_281_344)
+    e = v0_encoder_profile(vl, dtype_bytes=2, max_num_batched_tokens=2048, max_num_seqs=1, pixels_in_model_dtype=True)
+    assert (e.items, e.lm_tokens, e.lm_rows, e.cached_bytes) == (1, 16384, 1, 117_440_512 + 154_140_672)
     # The encoder's own peak: 65,536 patches x (2 x 1,280 width + its 10,260-wide MLP) x 2 B = 1,680,343,040 B,
-    # plus the pixels in float32 (308,281,344 B) and in fp16 (154,140,672 B) = 2,142,765,056 B.
-    assert e.peak_bytes == 2_142_765_056
+    # plus the fp16 pixels; before 0.9.1 the float32 pixels and the encoder's fp16 copy (308,281,344 +
+    # 154,140,672 B) were both held.
+    assert e.peak_bytes == 1_834_483_712
+    assert v0_encoder_profile(vl, dtype_bytes=2, max_num_batched_tokens=2048, max_num_seqs=1,
+                              pixels_in_model_dtype=False).peak_bytes == 2_142_765_056
     r = plan_vllm(vl, VllmFlags(max_model_len=16384, max_num_batched_tokens=2048, max_num_seqs=1, dtype="float16",
                                 version="0.9.2", use_v1=False), find_gpu("T4"))
-    assert r.stages[0].memory.activation_peak_bytes == 2_688_766_967
+    assert r.stages[0].memory.activation_peak_bytes == 2_534_626_295
     # Without images V0's step is the step.
     assert v0_encoder_profile(_model("meta-llama/Llama-3.1-8B-Instruct"), dtype_bytes=2, max_num_batched_tokens=2048,
-                              max_num_seqs=1) is None
+                              max_num_seqs=1, pixels_in_model_dtype=True) is None
 
 
 # --- non-torch memory by GPU class and TP -------------------------------------------------------------------

@@ -49,7 +49,7 @@ def test_unknown_or_malformed_release_names_the_field_and_what_is_accepted(text)
 
 
 def test_a_release_takes_the_last_change_at_or_before_it():
-    assert rules_for("0.16.1rc1.dev206+g097eb544e").since == (0, 14, 0)
+    assert rules_for("0.16.1rc1.dev206+g097eb544e").since == (0, 15, 0)
     assert rules_for("0.10.1.1").since == (0, 10, 1)
     assert rules_for("0.21.0").since == (0, 20, 1)  # no wheel was read; 0.20.1's rules hold until 0.27
     assert rules_for("current") == RULES[-1]
@@ -76,6 +76,9 @@ CHANGES = [
     ("0.9.0", "0.9.1", "hybrid_groups", False, True),
     ("0.9.0", "0.9.1", "v1_tokens_rule", "blocks", "blocks_per_group"),
     ("0.9.0", "0.9.1", "v1_concurrency_rule", "tokens", "blocks"),
+    # vllm/inputs/registry.py call_hf_processor: `x.to(dtype=self.model_config.dtype)` for floating outputs
+    # appears at 0.9.1 (absent at 0.9.0).
+    ("0.9.0", "0.9.1", "pixels_in_model_dtype", False, True),
     ("0.9.2", "0.10.0", "capture_rule", "v1_512", "v1_2seqs"),
     ("0.9.2", "0.10.0", "kv_cache_dtypes", ("auto", "fp8", "fp8_e5m2", "fp8_e4m3"),
      ("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc")),
@@ -92,6 +95,9 @@ CHANGES = [
      ("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla")),
     ("0.13.0", "0.14.0", "requested_ceil", False, True),
     ("0.13.0", "0.14.0", "moe_workspace_kept", False, True),
+    # MambaModelConfig.verify_and_update_config sets mamba_cache_mode from 0.15.0 (config/cache.py has no
+    # mamba_cache_mode at 0.14.1).
+    ("0.14.1", "0.15.0", "mamba_cache_modes", False, True),
     ("0.16.0", "0.17.0", "v1_sampler", "sort", "triton"),
     ("0.17.1", "0.18.0", "cudagraphs_profiled", False, True),
     ("0.17.1", "0.18.0", "block_sizes", (1, 8, 16, 32, 64, 128, 256), None),

@@ -114,6 +114,10 @@ PINS = [
     ("nvidia/Nemotron-H-56B-Base-8K", 40_960, 56_324_350_464),
     # only the 6 attention layers: 6 x 2 x 2 x 128 x 2 B
     ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 6_144, 31_577_937_344),
+    # only the 16 full-attention layers (every 4th): 16 x 2 x 4 x 256 x 2 B; 27.36B with the vision tower
+    ("nvidia/Qwen3.6-27B-NVFP4", 65_536, 27_356_728_560),
+    # only the 10 full-attention layers: 10 x 2 x 2 x 256 x 2 B
+    ("nvidia/Qwen3.6-35B-A3B-NVFP4", 20_480, 35_107_181_936),
     # 48 x 2 x 25 x (1600/25 = 64) x 2 B (float32 config served bf16)
     ("openai-community/gpt2-xl", 307_200, 1_557_611_200),
     # 36 x 2 x 8 x 64 x 2 B (18 sliding, window 128)

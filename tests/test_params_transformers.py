@@ -116,3 +116,18 @@ def test_remote_code_configs_are_refused(repo_id: str) -> None:
     entry = next(e for e in library.entries() if e.repo_id == repo_id)
     with pytest.raises(ValueError):
         _build_count(entry.read_config())
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_5", "qwen3_5_moe"])
+def test_qwen3_5_class_defaults_equal_transformers_and_ignore_deepstack(model_type: str) -> None:
+    # Class defaults with the text model cut to one DeltaNet-and-attention period (layer_types follows
+    # full_attention_interval) and a 4-block tower. deepstack_visual_indexes is set on purpose: Qwen3.5's
+    # tower, unlike Qwen3-VL's, builds no deepstack mergers from it, and kvplan must not count any.
+    cfg = transformers.CONFIG_MAPPING[model_type](
+        text_config={"num_hidden_layers": 4, "layer_types": None},
+        vision_config={"depth": 4, "deepstack_visual_indexes": [1, 3]},
+    )
+    spec = parse_config(cfg.to_dict(), name=model_type, source="class defaults")
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(cfg)
+    assert spec.num_params == sum(p.numel() for p in model.parameters())

@@ -244,3 +244,18 @@ def test_gemma3_absent_fields_equal_the_defaults_written_out() -> None:
     assert (b.vocab_size, b.max_position_embeddings, b.num_attention_heads) == (262_208, 131_072, 8)
     assert sum(isinstance(s, SlidingWindowSpec) for s in a.layers) == 29
     assert any("class defaults" in n for n in a.notes)  # the sparse one says defaults were used
+
+
+@pytest.mark.parametrize(
+    "extra, key",
+    [
+        # DeepSeek-V4-Flash's config (model_type deepseek_v4): per-layer compression ratios of its attention.
+        ({"model_type": "deepseek_v4", "compress_ratios": [0, 4, 128]}, "compress_ratios"),
+        # DeepSeek-V3.2's DSA indexer keeps its own key cache beside the MLA cache.
+        ({"model_type": "deepseek_v32", "index_topk": 2048}, "index_topk"),
+    ],
+)
+def test_unmodelled_cache_mechanisms_are_refused_by_their_key(extra: dict, key: str) -> None:
+    # Read with the standard decoder keys such a config would still produce a plan, and a wrong one.
+    with pytest.raises(ConfigError, match=rf"'{key}'.*does not model"):
+        parse_config(llama_config(**extra), name="t", source="test")

@@ -232,8 +232,51 @@ def test_modelopt_in_config_json_reads_as_hf_quant_config() -> None:
     assert from_config == from_companion
 
 
-def test_modelopt_mixed_precision_is_refused_with_the_key_and_the_fix() -> None:
-    # nvidia/Qwen3.6-27B-NVFP4: FP8 on some layers, W4A16_NVFP4 on the experts (one format per layer).
-    qc = {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": {}}
-    with pytest.raises(ConfigError, match=r"quantization_config\.quant_algo.*MIXED_PRECISION.*--weights-bytes"):
-        parse_config(llama_config(quantization_config=qc), name="t", source="test")
+def test_modelopt_mixed_precision_sizes_each_module_in_its_own_format() -> None:
+    # Layer 0's q_proj in FP8, layer 1's whole MLP (listed by its parent) and the head in W4A16_NVFP4;
+    # every other Linear is not listed, so it stays at the fp16 model dtype, as vLLM leaves it unquantized.
+    layers = {
+        "model.layers.0.self_attn.q_proj": {"quant_algo": "FP8"},
+        "model.layers.1.mlp": {"quant_algo": "W4A16_NVFP4", "group_size": 16},
+        "lm_head": {"quant_algo": "W4A16_NVFP4", "group_size": 16},
+    }
+    hq = {"quantization": {"quant_algo": "MIXED_PRECISION", "quantized_layers": layers}}
+    model = parse_config(llama_config(), name="t", source="test", hf_quant_config=hq)
+    groups = _groups(model, dtype="float16")
+    # q_proj 4096 x 4096 in fp8 + fp32 weight and input scales.
+    assert groups["attention"] == (4096 * 4096, 16_777_216 + 8)
+    assert groups["attention_unquantized"] == (31 * 4 * 4096 * 4096 + 3 * 4096 * 4096,
+                                               (31 * 4 + 3) * 4096 * 4096 * 2)
+    # Layer 1's three 4096 x 11008 matrices: 4 bits each + an fp8 scale per 16 + two fp32 scales per matrix.
+    assert groups["mlp"] == (3 * 4096 * 11008, 3 * (4096 * 11008 // 2 + 4096 * 11008 // 16 + 8))
+    assert groups["mlp_unquantized"][0] == 31 * 3 * 4096 * 11008
+    # The head, 32,000 x 4096, the same way: 65,536,000 + 8,192,000 + 8.
+    assert groups["lm_head"] == (32_000 * 4096, 73_728_008)
+    assert "FP8 x 1, W4A16_NVFP4 x 2 modules" in model.quant.note
+
+
+def test_modelopt_mixed_precision_qwen3_6_27b_nvfp4_weights() -> None:
+    model = _library("nvidia/Qwen3.6-27B-NVFP4")
+    # By hand, from its quantized_layers: embeddings bf16 2 x 1,271,398,400 = 2,542,796,800; lm_head NVFP4
+    # 248,320 x 5,120 / 2 + 248,320 x 320 fp8 scales + 8 = 715,161,608; attention (16 layers) and DeltaNet
+    # in_proj_qkv/z and out_proj (48 layers) FP8: 1,677,721,600 + 64 x 8 and 5,536,481,280 + 144 x 8; the
+    # DeltaNet beta/alpha projections are not listed: 23,592,960 x 2 B; MLPs NVFP4: 17,112,760,320 / 2 +
+    # 17,112,760,320 / 16 + 192 x 8 = 9,625,929,216; norms, DeltaNet conv/A/dt/norm and the vision tower bf16:
+    # (668,672 + 1,976,832 + 460,448,640 + 281,456) x 2 B.
+    assert estimate_weights(model, dtype="bfloat16").total_bytes == (
+        2_542_796_800 + 715_161_608 + 1_677_722_112 + 5_536_482_432 + 47_185_920 + 9_625_929_216
+        + 926_751_200) == 21_072_029_288
+
+
+@pytest.mark.parametrize(
+    "layers, key",
+    [
+        ({}, "quantization.quantized_layers"),
+        ({"model.layers.0.mlp": {"quant_algo": "INT3"}}, "quantization.quantized_layers.model.layers.0.mlp.quant_algo"),
+        ({"model.layers.0.mlp": "FP8"}, "quantization.quantized_layers.model.layers.0.mlp.quant_algo"),
+    ],
+)
+def test_modelopt_mixed_precision_errors_name_the_key(layers: dict, key: str) -> None:
+    hq = {"quantization": {"quant_algo": "MIXED_PRECISION", "quantized_layers": layers}}
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        parse_config(llama_config(), name="t", source="test", hf_quant_config=hq)

@@ -201,7 +201,7 @@ def _options(log: StartupLog, version: str | None, user_only: bool) -> tuple[Eng
     options = VllmOptions(
         version=chosen, gpu_memory_utilization=util, block_size=given("block_size"), max_num_seqs=given("max_num_seqs"),
         max_num_batched_tokens=given("max_num_batched_tokens"),
-        enable_prefix_caching=True if caching is None else bool(caching), install=s.install or "image",
+        enable_prefix_caching=None if caching is None else bool(caching), install=s.install or "image",
         lora=LoraSlots(s.max_loras or 1, s.max_lora_rank or 16, bool(s.fully_sharded_loras)) if s.enable_lora else None,
     )
     return _with_engine(options, s.vllm_engine), [note] if note else []
@@ -364,7 +364,7 @@ ROWS: dict[str, tuple[Row, ...]] = {
         Row("free_before_load", "free before load", BYTES, _sglang_free_before, _detail("free_before_load_bytes")),
         Row("weights", "weights", BYTES, _first("weights"), _detail("weights_bytes")),
         Row("free_after_load", "free after load", BYTES, _first("free_after_load"), _detail("free_after_load_bytes")),
-        Row("kv_pool", "KV pool", BYTES, _sglang_pool, _detail("kv_pool_bytes")),
+        Row("kv_pool", "KV pool", BYTES, _sglang_pool, _detail("token_pool_bytes")),
         Row("kv_tokens", "KV tokens", TOKENS, _sglang_tokens, lambda v: v.account.kv_cache_tokens),
         Row("max_running_requests", "max running", TOKENS, _first("max_running_requests"),
             lambda v: v.account.request_cap),

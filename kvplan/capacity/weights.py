@@ -31,6 +31,20 @@ _RUNTIME: dict[str, QuantSpec] = {
 }
 RUNTIME_QUANTIZATIONS = tuple(_RUNTIME)
 
+# vLLM's --quantization values that name a checkpoint's own format, with the formats (QuantSpec.method) each
+# loads; auto_round loads none kvplan sizes. Passing one with its checkpoint changes nothing.
+CHECKPOINT_FLAGS: dict[str, tuple[str, ...]] = {
+    "awq": ("awq",), "awq_marlin": ("awq",), "gptq": ("gptq",), "gptq_marlin": ("gptq",),
+    "modelopt": ("modelopt-fp8", "modelopt-fp8-channel", "nvfp4", "mxfp8", "modelopt-mixed"),
+    "modelopt_fp4": ("nvfp4",), "modelopt_mixed": ("modelopt-mixed",), "mxfp4": ("mxfp4",), "auto_round": (),
+}
+
+
+def names_checkpoint_format(flag: str, quant: QuantSpec) -> bool:
+    """Whether `--quantization flag` is the checkpoint's own format rather than another one."""
+    return flag in ("auto", "compressed-tensors", quant.method) or quant.method in CHECKPOINT_FLAGS.get(flag, ())
+
+
 # Groups that live outside the decoder layers: on the first pipeline stage (embeddings) or the last (head).
 _FIRST_STAGE = ("embed_tokens", "embed_positions", "embed_proj", "vision")
 _LAST_STAGE = ("lm_head",)
@@ -93,7 +107,7 @@ def estimate_weights(
     source = f"config ({dtype})"
     if quant is not None:
         source = f"config + quantization_config ({quant.note or quant.method})"
-        if quantization and quantization not in (quant.method, "compressed-tensors", "auto"):
+        if quantization and not names_checkpoint_format(quantization, quant):
             source += f"; --quantization {quantization} ignored: the checkpoint is already quantized"
     elif quantization:
         quant = runtime_quant(quantization)

@@ -69,7 +69,7 @@ class VllmFlags:
     pipeline_parallel_size: int = 1
     dtype: str = "auto"
     quantization: str | None = None
-    enable_prefix_caching: bool = True
+    enable_prefix_caching: bool | None = None  # None: vLLM's default (on, off for hybrids with a state cache)
     kv_cache_memory_bytes: int | None = None
     version: str = "current"
     use_v1: bool | None = None  # VLLM_USE_V1; None: the release's default engine
@@ -313,7 +313,8 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         pp=flags.pipeline_parallel_size,
         dtype=dtype,
         quantization=flags.quantization,
-        enable_prefix_caching=flags.enable_prefix_caching,
+        enable_prefix_caching=(not _has_state_cache(model) if flags.enable_prefix_caching is None
+                               else flags.enable_prefix_caching),
         kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
         version=flags.version,
         rules=rules,
@@ -323,12 +324,29 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
     )
 
 
+def _has_state_cache(model: ModelSpec) -> bool:
+    """Mamba or gated-DeltaNet layers: vLLM's is_prefix_caching_supported says no for such hybrids, so prefix
+    caching is off unless asked for (config/model.py @0.17-0.24)."""
+    return any(spec.kind in (LayerKind.MAMBA, LayerKind.LINEAR_ATTENTION) for spec in model.layers)
+
+
+def mamba_cache_mode(model: ModelSpec, f: ResolvedFlags) -> str:
+    """vLLM's mamba_cache_mode (MambaModelConfig, 0.15+): "none" without prefix caching; with it, "all" for
+    models whose Mamba layers support prefix caching (Mamba, Mamba2, Jamba, Nemotron-H, Granite 4, ...) and
+    "align" for the rest (gated DeltaNet: Qwen3-Next, Qwen3.5)."""
+    if not (f.rules.mamba_cache_modes and f.enable_prefix_caching and _has_state_cache(model)):
+        return "none"
+    return "all" if any(spec.kind == LayerKind.MAMBA for spec in model.layers) else "align"
+
+
 def _stage_layout(model: ModelSpec, layers: range, f: ResolvedFlags, block_size_set: bool) -> KvCacheLayout:
     """One rank's KV layout. Without V1's hybrid manager (V0, V1 before 0.9.1) every attention layer caches
     every token (a sliding window only masks), and state layers have no place in the block pool."""
     hybrid = f.engine == "v1" and f.rules.hybrid_groups
     stage = model.layers[layers.start : layers.stop : layers.step]
-    layout = _layout(stage, f.kv_cache_dtype, f.tp, hybrid, f.block_size, block_size_set, f.version, f.engine)
+    chunk = model.geometry.mamba.chunk_size if model.geometry.mamba else 2048
+    layout = _layout(stage, f.kv_cache_dtype, f.tp, hybrid, f.block_size, block_size_set, f.version, f.engine,
+                     mamba_cache_mode(model, f), chunk)
     if not f.rules.mla_latent and any(spec.kind == LayerKind.MLA for spec in stage):
         raise FieldError("engine.version", f"vLLM {f.version} cached MLA models' per-head K and V (the latent "
                          "cache came in 0.7.1); kvplan models the latent only", f.version)
@@ -337,7 +355,7 @@ def _stage_layout(model: ModelSpec, layers: range, f: ResolvedFlags, block_size_
 
 @functools.lru_cache(maxsize=1024)
 def _layout(stage: tuple[LayerSpec, ...], kv: KvDtype, tp: int, hybrid: bool, block_size: int,
-            block_size_set: bool, version: str, engine: str) -> KvCacheLayout:
+            block_size_set: bool, version: str, engine: str, mode: str, chunk: int) -> KvCacheLayout:
     """_stage_layout's layout, kept: `kvplan plan` lays out one model's stages for hundreds of candidate
     deployments that share a KV dtype, tp and block size (gemma-3-27b: 806 plans, 62 layers each)."""
     present = [s for s in (vllm_layer_spec(layer, kv, tp) for layer in stage) if s is not None]
@@ -348,7 +366,8 @@ def _layout(stage: tuple[LayerSpec, ...], kv: KvDtype, tp: int, hybrid: bool, bl
                              version)
         present = [s if s.kind in ("full_attention", "mla") else VllmLayerSpec("full_attention", s.bytes_per_token)
                    for s in present]
-    return kv_cache_layout(present, block_size, block_size_set=block_size_set)
+    return kv_cache_layout(present, block_size, block_size_set=block_size_set, mamba_cache_mode=mode,
+                           mamba_chunk_tokens=chunk)
 
 
 def estimate_max_model_len(layout: KvCacheLayout, available_bytes: int, limit: int, batched: int) -> int:
@@ -427,10 +446,11 @@ def plan_vllm(
     dtype_bytes = weight_dtype_bytes(f.dtype)
     if f.engine == "v0":
         encoder = v0_encoder_profile(model, dtype_bytes=dtype_bytes, max_num_batched_tokens=f.max_num_batched_tokens,
-                                     max_num_seqs=f.max_num_seqs)
+                                     max_num_seqs=f.max_num_seqs, pixels_in_model_dtype=rules.pixels_in_model_dtype)
     else:
         encoder = encoder_profile(model, dtype_bytes=dtype_bytes, max_num_batched_tokens=f.max_num_batched_tokens,
-                                  max_num_seqs=f.max_num_seqs, max_model_len=f.max_model_len)
+                                  max_num_seqs=f.max_num_seqs, max_model_len=f.max_model_len,
+                                  pixels_in_model_dtype=rules.pixels_in_model_dtype)
     mxfp4 = backend_for(gpu) if rules.mxfp4 else None
     if model.quant is not None and model.quant.method == "mxfp4" and not rules.mxfp4:
         raise FieldError("engine.version", f"vLLM {f.version} cannot load mxfp4 weights (0.10.1 and later)",

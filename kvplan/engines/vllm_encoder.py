@@ -8,9 +8,10 @@ while the forward and the sampler run:
 The encoder's peak is one transformer block over every patch of those items (blocks run one after another):
 the residual stream and its norm (2 x width) plus the wider of attention (q, k, v and output: 4 x width) and
 the MLP (its up projections plus the activation between them), in the model dtype, plus the pixel input
-(float32 from the processor and its model-dtype copy). Qwen2.5-VL-7B, one 16,384-token image of 65,536
-patches, width 1,280, MLP 3,420 (gated): 65,536 x (2,560 + 3 x 3,420) x 2 B = 1.56 GiB + 65,536 x 1,176
-x 6 B = 0.43 GiB -> 2.0 GiB, with 16,384 x 3,584 x 2 B = 112 MiB of embeddings cached.
+(in the model dtype from 0.9.1; before, float32 from the processor and its model-dtype copy). Qwen2.5-VL-7B,
+one 16,384-token image of 65,536 patches, width 1,280, MLP 3,420 (gated): 65,536 x (2,560 + 3 x 3,420) x 2 B
+= 1.56 GiB + 65,536 x 1,176 x 2 B = 0.14 GiB -> 1.71 GiB, with 16,384 x 3,584 x 2 B = 112 MiB of embeddings
+cached.
 """
 
 from __future__ import annotations
@@ -32,13 +33,19 @@ class ImageProcessor:
 # Qwen2/2.5-VL: max_pixels 12,845,056 = 3,584^2 in 14-pixel patches -> 256^2 = 65,536 patches, merged 2 x 2
 # into 16,384 tokens; 3 x 2 (temporal) x 14 x 14 = 1,176 values per patch.
 # Gemma 3: SigLIP at 896 px in 14-pixel patches -> 4,096 patches, pooled into 256 tokens; 3 x 14 x 14 = 588.
+# Qwen3.5/3.6 (Qwen3-VL's processor): longest_edge 16,777,216 = 4,096^2 pixels in 16-pixel patches -> 65,536
+# patches, merged 2 x 2 into 16,384 tokens; 3 x 2 x 16 x 16 = 1,536 values per patch. Its video item is
+# smaller (2 frames of 4,096 x 3,072: 12,288 tokens), so vLLM profiles the image.
 PROCESSORS = {
     "qwen2_5_vl": ImageProcessor(65_536, 16_384, 1_176),
     "qwen2_vl": ImageProcessor(65_536, 16_384, 1_176),
     "gemma3": ImageProcessor(4_096, 256, 588),
+    "qwen3_5": ImageProcessor(65_536, 16_384, 1_536),
+    "qwen3_5_moe": ImageProcessor(65_536, 16_384, 1_536),
 }
 
-# The processor hands pixels over in float32; the encoder casts them to the model dtype.
+# Before 0.9.1 the processor hands pixels over in float32 and the encoder casts them to the model dtype (both
+# held); from 0.9.1 vLLM casts them on the CPU, so only the model-dtype copy reaches the GPU.
 PIXEL_INPUT_BYTES = 4
 
 
@@ -59,7 +66,8 @@ def _tower(model: ModelSpec) -> tuple[int, int, int] | None:
     projections read the width and write something else (gate and up, or fc1); the down projection reads
     the MLP width. Qwen2.5-VL: qkv (3,840, 1,280), proj, gate (3,420, 1,280), up, down (1,280, 3,420) x 32.
     """
-    mats = [m for g in model.param_groups if g.name == "vision" for m in g.matrices]
+    # "vision", or "vision_unquantized" where a checkpoint quantizes part of the tower
+    mats = [m for g in model.param_groups if g.name.split("_")[0] == "vision" for m in g.matrices]
     if not mats:
         return None
     depth = max(count for count, _, _ in mats)
@@ -74,6 +82,7 @@ def _tower(model: ModelSpec) -> tuple[int, int, int] | None:
 
 def encoder_profile(
     model: ModelSpec, *, dtype_bytes: int, max_num_batched_tokens: int, max_num_seqs: int, max_model_len: int,
+    pixels_in_model_dtype: bool,
 ) -> EncoderProfile | None:
     """The encoder part of the profiling run; None for text models and towers kvplan does not size."""
     proc = PROCESSORS.get(model.model_type)
@@ -85,22 +94,24 @@ def encoder_profile(
     items = max(1, min(budget // proc.tokens_per_item, max_num_seqs * (max_model_len // proc.tokens_per_item)))
     patches = items * proc.patches_per_item
     block = patches * (2 * width + max(4 * width, mlp)) * dtype_bytes
-    pixels = patches * proc.pixels_per_patch * (PIXEL_INPUT_BYTES + dtype_bytes)
+    pixels = patches * proc.pixels_per_patch * (dtype_bytes + (0 if pixels_in_model_dtype else PIXEL_INPUT_BYTES))
     tokens = items * proc.tokens_per_item
     return EncoderProfile(items, tokens, block + pixels, tokens * model.hidden_size * dtype_bytes)
 
 
 def v0_encoder_profile(
     model: ModelSpec, *, dtype_bytes: int, max_num_batched_tokens: int, max_num_seqs: int,
+    pixels_in_model_dtype: bool,
 ) -> EncoderProfile | None:
     """V0's multimodal profiling (vllm/worker/model_runner.py _dummy_run, multimodal/profiling.py
     get_decoder_dummy_data @0.6-0.10): the encoder runs inside the one dummy forward, on the items of
     min(max_num_seqs, step // tokens per item) sequences (at least 1), each prompt carrying one item per
     modality (V0's default limit per prompt is 1; kvplan sizes the image) and never cut to the step: V0 "does
     not support chunked prefill" there, so the language model runs over max(step / sequences, item tokens) a
-    sequence. The float32 pixels stay in the model input through the language model's forward.
-    Qwen2.5-VL-7B, 2,048-token step, 1 sequence: one 16,384-token image, so a 16,384-token forward, with
-    16,384 x 3,584 x 2 B = 112 MiB of embeddings and 65,536 x 1,176 x 4 B = 294 MiB of pixels held.
+    sequence. The pixels (float32 before 0.9.1, the model dtype after) stay in the model input through the
+    language model's forward. Qwen2.5-VL-7B on 0.9.2, 2,048-token step, 1 sequence: one 16,384-token image,
+    so a 16,384-token forward, with 16,384 x 3,584 x 2 B = 112 MiB of embeddings and 65,536 x 1,176 x 2 B =
+    147 MiB of pixels held.
     """
     proc = PROCESSORS.get(model.model_type)
     tower = _tower(model)
@@ -110,9 +121,9 @@ def v0_encoder_profile(
     seqs = max(1, min(max_num_seqs, max_num_batched_tokens // proc.tokens_per_item))
     patches = seqs * proc.patches_per_item
     block = patches * (2 * width + max(4 * width, mlp)) * dtype_bytes
-    pixels = patches * proc.pixels_per_patch * PIXEL_INPUT_BYTES
+    pixels = patches * proc.pixels_per_patch * (dtype_bytes if pixels_in_model_dtype else PIXEL_INPUT_BYTES)
+    cast = 0 if pixels_in_model_dtype else patches * proc.pixels_per_patch * dtype_bytes  # the encoder's copy
     tokens = seqs * proc.tokens_per_item
     held = tokens * model.hidden_size * dtype_bytes + pixels
     lm_tokens = seqs * max(max_num_batched_tokens // seqs, proc.tokens_per_item)
-    return EncoderProfile(seqs, tokens, block + pixels + patches * proc.pixels_per_patch * dtype_bytes, held,
-                          lm_tokens, seqs)
+    return EncoderProfile(seqs, tokens, block + pixels + cast, held, lm_tokens, seqs)

@@ -40,7 +40,7 @@ class VllmOptions:
     block_size: int | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
-    enable_prefix_caching: bool = True
+    enable_prefix_caching: bool | None = None  # None: vLLM's default for the model
     kv_cache_memory_bytes: int | None = None
     allow_long_max_model_len: bool = False  # the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     lora: LoraSlots | None = None  # --enable-lora: slots for --max-loras adapters of --max-lora-rank
@@ -148,10 +148,10 @@ def _flags(d: Deployment, o: VllmOptions) -> VllmFlags:
     )
 
 
-def _shared_prefix_blocks(report: VllmReport, prefix_tokens: int, caching: bool) -> int:
-    """Blocks of a common prefix that prefix caching stores once: whole blocks, in groups that keep every
-    token (full attention, MLA). A 1,000-token prefix in blocks of 16 shares 62 blocks per such group."""
-    if not caching or prefix_tokens <= 0:
+def _shared_prefix_blocks(report: VllmReport, prefix_tokens: int) -> int:
+    """Blocks of a common prefix that prefix caching (when on) stores once: whole blocks, in groups that keep
+    every token (full attention, MLA). A 1,000-token prefix in blocks of 16 shares 62 blocks per such group."""
+    if not report.flags.enable_prefix_caching or prefix_tokens <= 0:
         return 0
     layout = report.stages[report.limiting_stage].layout
     whole = prefix_tokens // layout.block_size
@@ -185,6 +185,12 @@ def _notes(d: Deployment, r: VllmReport) -> list[str]:
         out.append(
             f"vLLM raises the attention block to {layout.block_size} tokens so one page holds a Mamba state"
         )
+    if layout.mamba_cache_mode == "align":
+        out.append("prefix caching puts the state layers in mamba_cache_mode 'align': a request holds 2 state "
+                   "pages per layer group, not 1")
+    elif layout.mamba_cache_mode == "all":
+        out.append(f"prefix caching puts the Mamba layers in mamba_cache_mode 'all': a request holds a state "
+                   f"page per {layout.block_size}-token block of its length, not 1")
     if r.cudagraph_bytes and not (f.engine == "v1" and f.rules.cudagraphs_subtracted):
         out.append(f"CUDA graphs (about {fmt_gib(r.cudagraph_bytes)}) are not in vLLM {f.version}'s budget: "
                    "they live in the memory utilization leaves out")
@@ -287,7 +293,7 @@ class VllmEngine:
             unit_bytes=stage.layout.bytes_per_block,
             budget_units=r.usable_blocks,
             per_request_units=r.blocks_per_request,
-            shared_prefix_units=_shared_prefix_blocks(r, d.workload.shared_prefix_tokens, o.enable_prefix_caching),
+            shared_prefix_units=_shared_prefix_blocks(r, d.workload.shared_prefix_tokens),
         )
         layout = stage.layout
         return EngineAccount(

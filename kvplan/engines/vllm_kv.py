@@ -8,6 +8,7 @@ an equal number of layers so that every group's block costs the same bytes; one 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from kvplan.errors import InputError
@@ -51,6 +52,9 @@ class KvCacheLayout:
     groups: tuple[KvGroup, ...]
     group_size: int  # layers per group = tensors sharing one block id
     page_bytes: int  # one layer's page: bytes of one block in one layer
+    # How a request holds Mamba / DeltaNet state (vLLM's mamba_cache_mode, set by prefix caching on a hybrid):
+    # "none" one page, "align" two, "all" one per block of its length.
+    mamba_cache_mode: str = "none"
 
     @property
     def block_size(self) -> int:
@@ -66,15 +70,19 @@ class KvCacheLayout:
         """Blocks one request at max_model_len needs, summed over groups (max_memory_usage_bytes).
 
         Full attention / MLA: cdiv(L, B). Sliding window W: cdiv(min(W - 1 + T, L), B) + 1 (the window can
-        start mid-block). Chunked local C: cdiv(min(C + T, L), B). Mamba: one block (its state).
-        Gemma-3-12B at L = T = 8,192, B = 16: 512 + 5 x 513 = 3,077 blocks.
+        start mid-block). Chunked local C: cdiv(min(C + T, L), B). Mamba: one block (its state); with prefix
+        caching two in mamba_cache_mode "align", cdiv(L, B) in "all". Gemma-3-12B at L = T = 8,192, B = 16:
+        512 + 5 x 513 = 3,077.
         """
-        return sum(_group_blocks(g, g.block_size, max_model_len, max_num_batched_tokens) for g in self.groups)
+        return sum(_group_blocks(g, g.block_size, max_model_len, max_num_batched_tokens, self.mamba_cache_mode)
+                   for g in self.groups)
 
 
-def _group_blocks(g: KvGroup, block_size: int, max_model_len: int, batched: int) -> int:
+def _group_blocks(g: KvGroup, block_size: int, max_model_len: int, batched: int, mamba_cache_mode: str) -> int:
     if g.kind == "mamba":
-        return 1
+        if mamba_cache_mode == "all":
+            return cdiv(max_model_len, block_size)
+        return 2 if mamba_cache_mode == "align" else 1
     if g.kind == "sliding_window":
         return cdiv(min(g.window_tokens - 1 + batched, max_model_len), block_size) + 1
     if g.kind == "chunked_local":
@@ -116,25 +124,34 @@ def vllm_layer_spec(spec: LayerSpec, kv: KvDtype, tp: int) -> VllmLayerSpec | No
     return KIND_RULES[spec.kind](spec, kv, tp)
 
 
-def _attention_block_size(specs: list[VllmLayerSpec], block_size: int, user_set: bool) -> int:
-    """Mamba hybrids: the attention block grows until one page holds one Mamba state.
+def _attention_block_size(specs: list[VllmLayerSpec], block_size: int, user_set: bool, mamba_cache_mode: str,
+                          mamba_chunk_tokens: int) -> int:
+    """Mamba hybrids: the attention block grows until one page holds one Mamba state; in mamba_cache_mode
+    "all" it is also a multiple of lcm(the Mamba kernel's chunk, 16).
 
-    Nemotron-H-like: state 2,134,016 B, attention 4,096 B/token -> 16 x cdiv(2,134,016, 16 x 4,096) = 528.
+    Nemotron-H-like: state 2,134,016 B, attention 4,096 B/token -> 16 x cdiv(2,134,016, 16 x 4,096) = 528;
+    in "all" mode with chunk 128: 128 x cdiv(cdiv(2,134,016, 4,096), 128) = 128 x cdiv(521, 128) = 640.
     """
     states = [s.state_bytes for s in specs if s.kind == "mamba"]
     attn = [s.bytes_per_token for s in specs if s.kind != "mamba"]
     if not states or not attn:
         return block_size
     per_token = max(attn)
-    needed = KERNEL_BLOCK_ALIGNMENT * cdiv(max(states), KERNEL_BLOCK_ALIGNMENT * per_token)
+    if mamba_cache_mode == "all":
+        chunk = math.lcm(mamba_chunk_tokens, KERNEL_BLOCK_ALIGNMENT)
+        needed = chunk * cdiv(cdiv(max(states), per_token), chunk)
+    else:
+        needed = KERNEL_BLOCK_ALIGNMENT * cdiv(max(states), KERNEL_BLOCK_ALIGNMENT * per_token)
     return needed if (not user_set or block_size < needed) else block_size
 
 
-def kv_cache_layout(specs: list[VllmLayerSpec], block_size: int, *, block_size_set: bool = True) -> KvCacheLayout:
-    """Group one rank's layers as get_kv_cache_groups does, and unify the page."""
+def kv_cache_layout(specs: list[VllmLayerSpec], block_size: int, *, block_size_set: bool = True,
+                    mamba_cache_mode: str = "none", mamba_chunk_tokens: int = 2048) -> KvCacheLayout:
+    """Group one rank's layers as get_kv_cache_groups does, and unify the page (`mamba_cache_mode` and the
+    Mamba kernel's chunk: see KvCacheLayout and _attention_block_size)."""
     if not specs:
         raise InputError("the model has no layer with a KV cache on this rank; vLLM allocates no blocks")
-    block = _attention_block_size(specs, block_size, block_size_set)
+    block = _attention_block_size(specs, block_size, block_size_set, mamba_cache_mode, mamba_chunk_tokens)
     by_key: dict[tuple, list[VllmLayerSpec]] = {}
     for s in specs:
         by_key.setdefault(s.key(), []).append(s)
@@ -144,7 +161,7 @@ def kv_cache_layout(specs: list[VllmLayerSpec], block_size: int, *, block_size_s
     if len(by_key) == 1:
         s = specs[0]
         return KvCacheLayout((KvGroup(s.kind, len(specs), s.window_tokens, s.bytes_per_token, s.state_bytes, block),),
-                             len(specs), page)
+                             len(specs), page, mamba_cache_mode)
     blocks = {k: block if by_key[k][0].kind == "mamba" else _unified_block(block, p, page) for k, p in pages.items()}
     # Groups of equal size: the smallest kind's layer count, or the largest when they are within 1.5x
     # (gpt-oss-20b: 12 sliding + 12 full -> 2 groups of 12; Gemma-3-4B: 5 full + 29 sliding -> size 5,
@@ -159,7 +176,7 @@ def kv_cache_layout(specs: list[VllmLayerSpec], block_size: int, *, block_size_s
         for i in range(n_groups):
             groups.append(KvGroup(s.kind, len(members[i::n_groups]), s.window_tokens, s.bytes_per_token,
                                   s.state_bytes, blocks[key]))
-    return KvCacheLayout(tuple(groups), group_size, page)
+    return KvCacheLayout(tuple(groups), group_size, page, mamba_cache_mode)
 
 
 def _unified_block(block: int, page: int, largest: int) -> int:

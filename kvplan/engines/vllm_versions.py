@@ -71,6 +71,8 @@ class VllmRules:
     kv_cache_memory_option: bool = False  # --kv-cache-memory-bytes exists (0.10.2+) [1.2]
     combined_kv_line: bool = False  # "GPU KV cache size" and "Maximum concurrency" on one line (0.28+) [1.8]
     lora_extra_vocab: int = EXTRA_VOCAB  # lora_extra_vocab_size: rows a LoRA slot adds to the vocabulary [1.16]
+    pixels_in_model_dtype: bool = False  # the processor's float outputs are cast to the model dtype (0.9.1+) [1.11]
+    mamba_cache_modes: bool = False  # prefix caching on a hybrid sets mamba_cache_mode "align"/"all" (0.15+) [1.9]
 
     @property
     def release(self) -> str:
@@ -110,9 +112,11 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 8, 5), "V1 batch defaults by memory (>= 70 GiB: 8,192 tokens, 1,024 seqs)", v1_batch_rule="memory")
     change((0, 9, 0), "A100s get the small-GPU batch defaults; the image's FlashInfer samples from logits",
            v1_batch_rule="memory_not_a100", image_sampler="flashinfer_logits")
-    change((0, 9, 1), "V1 budget from the worker's snapshot (context not charged); hybrid KV groups",
-           v1_budget="snapshot", hybrid_groups=True, v1_tokens_rule="blocks_per_group",
-           v1_concurrency_rule="blocks")
+    # 0.9.1's call_hf_processor (vllm/inputs/registry.py) casts every floating processor output to the model
+    # dtype on the CPU, so pixels reach the GPU in bf16/fp16, not float32 (absent at 0.9.0).
+    change((0, 9, 1), "V1 budget from the worker's snapshot (context not charged); hybrid KV groups; pixels "
+           "in the model dtype", v1_budget="snapshot", hybrid_groups=True, v1_tokens_rule="blocks_per_group",
+           v1_concurrency_rule="blocks", pixels_in_model_dtype=True)
     change((0, 10, 0), "CUDA graphs up to min(2 x max_num_seqs, 512)", capture_rule="v1_2seqs",
            kv_cache_dtypes=("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"))
     change((0, 10, 1), "gpt-oss mxfp4 MoE", mxfp4=True)
@@ -125,6 +129,10 @@ def _changes() -> tuple[VllmRules, ...]:
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"))
     change((0, 14, 0), "requested = ceil(total x util); the fused-MoE workspace is kept between steps",
            requested_ceil=True, moe_workspace_kept=True)
+    # 0.15's MambaModelConfig: prefix caching on a hybrid sets mamba_cache_mode "all" (models that support
+    # Mamba prefix caching) or "align" (the rest: gated DeltaNet), and MambaSpec.max_memory_usage_bytes then
+    # counts 2 state pages a request in "align" mode, cdiv(max_model_len, block) in "all" (1 with it off).
+    change((0, 15, 0), "prefix caching on a hybrid: mamba_cache_mode align/all", mamba_cache_modes=True)
     change((0, 17, 0), "Triton top-k/top-p sampler", v1_sampler="triton")
     change((0, 18, 0), "CUDA-graph memory profiled before the KV cache (not subtracted); any block size",
            cudagraphs_profiled=True, block_sizes=None)

@@ -52,6 +52,9 @@ class MambaGeometry:
     num_heads: int = 0  # Mamba2 only, as are head_dim and n_groups
     head_dim: int = 0
     n_groups: int = 0
+    # Tokens per chunk of the SSD kernel (mamba_chunk_size or chunk_size); vLLM takes 2,048 for Mamba1, which
+    # has none (ModelConfig.get_mamba_chunk_size). Prefix caching in mamba_cache_mode "all" aligns blocks to it.
+    chunk_size: int = 2048
 
 
 @dataclass(frozen=True)
@@ -323,12 +326,14 @@ def _moe_layers(cfg: ConfigReader, model_type: str, num_layers: int, experts: in
 def _mamba(cfg: ConfigReader, model_type: str, hidden: int) -> MambaGeometry:
     """Mamba dimensions under each family's key names (Nemotron-H mamba_num_heads / ssm_state_size /
     n_groups / conv_kernel; Granite 4 mamba_n_heads / mamba_d_state / mamba_n_groups / mamba_d_conv)."""
+    chunk = cfg.opt_int("mamba_chunk_size") or cfg.opt_int("chunk_size") or 2048
     if model_type == "jamba":
         return MambaGeometry(
             version=1,
             inner_size=cfg.require_int("mamba_expand") * hidden,
             state_size=cfg.require_int("mamba_d_state"),
             conv_kernel=cfg.require_int("mamba_d_conv", minimum=2),
+            chunk_size=chunk,
         )
     n_heads = cfg.require_int("mamba_num_heads", "mamba_n_heads")
     head_dim = cfg.require_int("mamba_head_dim", "mamba_d_head")
@@ -337,7 +342,8 @@ def _mamba(cfg: ConfigReader, model_type: str, hidden: int) -> MambaGeometry:
     kernel = cfg.require_int("conv_kernel", "mamba_d_conv", minimum=2)
     # Granite 4 sizes the mixer as mamba_expand * hidden; Nemotron-H as heads * head_dim.
     inner = cfg.require_int("mamba_expand") * hidden if model_type == "granitemoehybrid" else n_heads * head_dim
-    return MambaGeometry(2, inner, state, kernel, num_heads=n_heads, head_dim=head_dim, n_groups=n_groups)
+    return MambaGeometry(2, inner, state, kernel, num_heads=n_heads, head_dim=head_dim, n_groups=n_groups,
+                         chunk_size=chunk)
 
 
 def _linear_attention(cfg: ConfigReader) -> LinearAttentionGeometry:

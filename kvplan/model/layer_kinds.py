@@ -63,8 +63,9 @@ def mixer_kinds(cfg: ConfigReader, model_type: str, text_type: str, num_layers: 
         return _listed_kinds(cfg, "layer_types", num_layers, _LAYER_TYPE_NAMES)
 
     interval = cfg.opt_int("full_attention_interval")
-    if interval is not None and model_type == "qwen3_next":
-        # Qwen3-Next: every `interval`-th layer is full attention, the rest gated DeltaNet.
+    if interval is not None and (model_type == "qwen3_next" or text_type in ("qwen3_5_text", "qwen3_5_moe_text")):
+        # Qwen3-Next and Qwen3.5 without layer_types: every `interval`-th layer is full attention, the rest
+        # gated DeltaNet.
         return [_FULL if (i + 1) % interval == 0 else LayerKind.LINEAR_ATTENTION for i in range(num_layers)]
 
     chunk = cfg.opt_int("attention_chunk_size")

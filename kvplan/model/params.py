@@ -13,10 +13,14 @@ from collections.abc import Callable, Sequence
 from kvplan.model.config_reader import ConfigReader
 from kvplan.model.geometry import Geometry, LinearAttentionGeometry, MambaGeometry, MlaGeometry
 from kvplan.model.kinds import LayerKind
-from kvplan.model.specs import ParamGroup
+from kvplan.model.specs import ParamGroup, QuantSpec
 
 # A predicate over a full module name: True when the checkpoint leaves that module unquantized.
 Excluded = Callable[[str], bool]
+# A MIXED_PRECISION checkpoint's format of a quantized module, by its full name.
+Formats = Callable[[str], QuantSpec | None]
+# A group's accumulator: (group name, quantized, its format in a MIXED_PRECISION checkpoint).
+_Key = tuple[str, bool, QuantSpec | None]
 
 
 def _never(_: str) -> bool:
@@ -28,18 +32,21 @@ class _Counter:
 
     A Linear whose module name the quantization config excludes goes to `<group>_unquantized` (or keeps the
     group name when the whole group is excluded), with quantizable=False, so it is sized at the model dtype.
+    With a MIXED_PRECISION checkpoint (`formats`), the quantized part of a group splits again by format when
+    it holds more than one (`attention_modelopt-fp8`, `attention_nvfp4`).
     """
 
-    def __init__(self, excluded: Excluded, prefix: str) -> None:
+    def __init__(self, excluded: Excluded, prefix: str, formats: Formats | None = None) -> None:
         self.excluded = excluded
+        self.formats = formats
         self.prefix = prefix  # "model" or "language_model.model": where the decoder's modules live
-        self._params: dict[tuple[str, bool], int] = {}
-        self._tp: dict[tuple[str, bool], str] = {}
-        self._mats: dict[tuple[str, bool], list[tuple[int, int, int]]] = {}
+        self._params: dict[_Key, int] = {}
+        self._tp: dict[_Key, str] = {}
+        self._mats: dict[_Key, list[tuple[int, int, int]]] = {}
 
     def add(self, group: str, n: int, *, tp: str = "split") -> None:
         """`n` parameters that no weight-only quantizer packs (norms, biases, embeddings, routers)."""
-        key = (group, False)
+        key = (group, False, None)
         self._params[key] = self._params.get(key, 0) + n
         self._tp.setdefault(key, tp)
 
@@ -53,6 +60,7 @@ class _Counter:
         layers: Sequence[int] | None = None,
         bias: bool = False,
         per_layer: int = 1,
+        tp: str = "split",
     ) -> None:
         """Linear(in_f, out_f) at `module` ("{p}.layers.{i}.self_attn.q_proj"), once per layer in `layers`
         (once if None), `per_layer` copies each (MoE experts). Weights are quantizable unless excluded;
@@ -60,31 +68,38 @@ class _Counter:
         names = [module.format(p=self.prefix, i=i) for i in (layers if layers is not None else [0])]
         if not names:
             return
-        kept = sum(1 for n in names if not self.excluded(n))
-        for quantized, count in ((True, kept), (False, len(names) - kept)):
-            if not count:
-                continue
-            key = (group, quantized)
+        counts: dict[_Key, int] = {}
+        for name in names:
+            quantized = not self.excluded(name)
+            key = (group, quantized, self.formats(name) if quantized and self.formats else None)
+            counts[key] = counts.get(key, 0) + 1
+        for key, count in counts.items():
             self._params[key] = self._params.get(key, 0) + count * per_layer * in_f * out_f
-            self._tp.setdefault(key, "split")
+            self._tp.setdefault(key, tp)
             self._mats.setdefault(key, []).append((count * per_layer, out_f, in_f))
         if bias:
             self.add(group + "_bias", len(names) * per_layer * out_f)
 
     def groups(self) -> tuple[ParamGroup, ...]:
         out = []
-        for (name, quantized), n in self._params.items():
+        for key, n in self._params.items():
+            name, quantized, fmt = key
             if not n:
                 continue
-            mixed = (name, not quantized) in self._params and self._params[(name, not quantized)]
-            label = f"{name}_unquantized" if (mixed and not quantized and (name, True) in self._mats) else name
+            parts = [k for k, v in self._params.items() if k[0] == name and v]
+            label = name
+            if not quantized and any(k[1] and k in self._mats for k in parts):
+                label = f"{name}_unquantized"
+            elif quantized and sum(1 for k in parts if k[1]) > 1 and fmt is not None:
+                label = f"{name}_{fmt.method}"
             out.append(
                 ParamGroup(
                     name=label,
                     params=n,
                     quantizable=quantized,
-                    tp=self._tp[(name, quantized)],
-                    matrices=tuple(self._mats.get((name, quantized), ())) if quantized else (),
+                    tp=self._tp[key],
+                    matrices=tuple(self._mats.get(key, ())),
+                    fmt=fmt,
                 )
             )
         return tuple(out)
@@ -98,6 +113,7 @@ def count_params(
     model_type: str,
     multimodal: bool = False,
     excluded: Excluded | None = None,
+    formats: Formats | None = None,
     vision: ConfigReader | None = None,
 ) -> tuple[ParamGroup, ...]:
     """Parameters of the text model plus its vision tower (when the config has one), grouped by component.
@@ -107,7 +123,7 @@ def count_params(
     `language_model.model` as the checkpoint names it.
     """
     prefix = "language_model.model" if multimodal and model_type not in _FLAT_MULTIMODAL else "model"
-    c = _Counter(excluded or _never, prefix)
+    c = _Counter(excluded or _never, prefix, formats)
     family = model_type if model_type in _SPECIAL else text_type
     if family in _SPECIAL:
         _SPECIAL[family](c, g, cfg)
@@ -122,12 +138,20 @@ def count_params(
 _FLAT_MULTIMODAL = frozenset({"qwen2_5_vl", "qwen2_vl"})
 
 _ATTENTION = (LayerKind.FULL_ATTENTION, LayerKind.SLIDING_WINDOW, LayerKind.CHUNKED_LOCAL, LayerKind.SHARED_KV)
-_QK_NORM_TYPES = ("qwen3", "qwen3_moe", "gemma3_text", "gemma4_text", "qwen3_next", "olmo2", "gemma3n_text")
+_QWEN3_5_TYPES = ("qwen3_5_text", "qwen3_5_moe_text")
+_QK_NORM_TYPES = ("qwen3", "qwen3_moe", "gemma3_text", "gemma4_text", "qwen3_next", "olmo2", "gemma3n_text",
+                  *_QWEN3_5_TYPES)
 
 
 def _embeddings(c: _Counter, g: Geometry) -> None:
     c.add("embed_tokens", g.vocab_size * g.hidden_size, tp="vocab")
-    if not g.tie_word_embeddings:
+    if g.tie_word_embeddings:
+        return
+    # Weight-only quantizers leave the head at the model dtype; a MIXED_PRECISION checkpoint may list it
+    # (nvidia/Qwen3.6-27B-NVFP4 stores lm_head as NVFP4), and vLLM's ParallelLMHead then loads it so.
+    if c.formats is not None and c.formats("lm_head") is not None:
+        c.linear("lm_head", "lm_head", g.hidden_size, g.vocab_size, tp="vocab")
+    else:
         c.add("lm_head", g.vocab_size * g.hidden_size, tp="vocab")
 
 
@@ -185,14 +209,18 @@ def _decoder(c: _Counter, g: Geometry, cfg: ConfigReader, text_type: str) -> Non
         _mla_attention(c, g, g.mla, attn_bias, g.layers_of(LayerKind.MLA))
     else:
         attn = g.layers_of(*_ATTENTION)
-        _qkvo(c, g, attn, qkv_bias=qkv_bias, o_bias=attn_bias, q_gate=text_type == "qwen3_next")
+        # Qwen3-Next and Qwen3.5 gate the attention output (Transformers always; vLLM unless the config sets
+        # attn_output_gate to false).
+        q_gate = text_type in ("qwen3_next", *_QWEN3_5_TYPES) and cfg.flag("attn_output_gate", True)
+        _qkvo(c, g, attn, qkv_bias=qkv_bias, o_bias=attn_bias, q_gate=q_gate)
         if text_type in _QK_NORM_TYPES:
             # q_norm and k_norm over each layer's head (Gemma 4: 256 on sliding layers, 512 on global ones)
             c.add("norms", 2 * sum(g.head_dims[i] for i in attn), tp="replicated")
         if text_type == "gpt_oss":
             c.add("attention_sinks", len(attn) * g.num_attention_heads)
         if g.linear_attention is not None:
-            _gated_deltanet(c, g.linear_attention, g.hidden_size, g.layers_of(LayerKind.LINEAR_ATTENTION))
+            _gated_deltanet(c, g.linear_attention, g.hidden_size, g.layers_of(LayerKind.LINEAR_ATTENTION),
+                            split=text_type in _QWEN3_5_TYPES)
 
     # Norms: two per layer (four in Gemma 2-4: pre/post attention and feed-forward) + the final norm.
     per_layer_norms = 4 if text_type in ("gemma2", "gemma3_text", "gemma4_text") else 2
@@ -200,12 +228,21 @@ def _decoder(c: _Counter, g: Geometry, cfg: ConfigReader, text_type: str) -> Non
     _mlp_stack(c, g, cfg, cfg.flag("mlp_bias", False), text_type)
 
 
-def _gated_deltanet(c: _Counter, la: LinearAttentionGeometry, hidden: int, linear: list[int]) -> None:
-    """Qwen3-Next linear-attention layers: fused qkvz and beta/alpha projections, a depthwise conv, out."""
+def _gated_deltanet(c: _Counter, la: LinearAttentionGeometry, hidden: int, linear: list[int], *, split: bool) -> None:
+    """Gated DeltaNet layers: the qkvz and beta/alpha projections, a depthwise conv, out. Qwen3-Next fuses
+    them (in_proj_qkvz, in_proj_ba); Qwen3.5 stores four (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a), the
+    same parameters under the names a quantization config lists."""
     k_heads, v_heads, k_dim, v_dim = la.num_key_heads, la.num_value_heads, la.key_head_dim, la.value_head_dim
     p = "{p}.layers.{i}.linear_attn"
-    c.linear("linear_attention", p + ".in_proj_qkvz", hidden, 2 * k_heads * k_dim + 2 * v_heads * v_dim, layers=linear)
-    c.linear("linear_attention", p + ".in_proj_ba", hidden, 2 * v_heads, layers=linear)
+    if split:
+        c.linear("linear_attention", p + ".in_proj_qkv", hidden, 2 * k_heads * k_dim + v_heads * v_dim, layers=linear)
+        c.linear("linear_attention", p + ".in_proj_z", hidden, v_heads * v_dim, layers=linear)
+        c.linear("linear_attention", p + ".in_proj_b", hidden, v_heads, layers=linear)
+        c.linear("linear_attention", p + ".in_proj_a", hidden, v_heads, layers=linear)
+    else:
+        c.linear("linear_attention", p + ".in_proj_qkvz", hidden, 2 * k_heads * k_dim + 2 * v_heads * v_dim,
+                 layers=linear)
+        c.linear("linear_attention", p + ".in_proj_ba", hidden, 2 * v_heads, layers=linear)
     c.linear("linear_attention", p + ".out_proj", v_heads * v_dim, hidden, layers=linear)
     conv_dim = 2 * k_heads * k_dim + v_heads * v_dim
     c.add("linear_attention_state_params", len(linear) * (conv_dim * la.conv_kernel + 2 * v_heads + v_dim), tp="split")
@@ -247,12 +284,14 @@ def _mlp_stack(c: _Counter, g: Geometry, cfg: ConfigReader, bias: bool, text_typ
     ff = "{p}.layers.{i}.feed_forward" if text_type == "llama4_text" else "{p}.layers.{i}.mlp"
     if text_type in ("mixtral",):
         ff = "{p}.layers.{i}.block_sparse_moe"
-    hidden, widths, moe = g.hidden_size, _widths(g, cfg), g.moe
+    hidden, moe = g.hidden_size, g.moe
     sparse = list(moe.layers) if moe else []
     dense = [i for i in range(g.num_layers) if i not in set(sparse)]
     # Llama 4's dense layers have their own width (intermediate_size_mlp); intermediate_size is the experts'.
+    # A model whose every layer is MoE (Qwen3.5-MoE) need not state a dense width at all.
     dense_width = cfg.opt_int("intermediate_size_mlp")
-    _dense_mlps(c, ff, hidden, [dense_width] * g.num_layers if dense_width else widths, dense, bias)
+    if dense:
+        _dense_mlps(c, ff, hidden, [dense_width] * g.num_layers if dense_width else _widths(g, cfg), dense, bias)
     if moe is None:
         return
     experts, expert_bias = moe.num_experts, text_type == "gpt_oss"
@@ -261,7 +300,7 @@ def _mlp_stack(c: _Counter, g: Geometry, cfg: ConfigReader, bias: bool, text_typ
     c.add("router", len(sparse) * (hidden * experts + (experts if expert_bias else 0)), tp="replicated")
     if text_type == "llama4_text":
         # Llama 4: every MoE layer also runs one shared expert of intermediate_size.
-        _gated_mlp(c, "shared_experts", ff + ".shared_expert", hidden, max(widths), sparse, False)
+        _gated_mlp(c, "shared_experts", ff + ".shared_expert", hidden, max(_widths(g, cfg)), sparse, False)
     elif moe.shared_experts:
         _gated_mlp(c, "shared_experts", ff + ".shared_experts", hidden,
                    moe.shared_experts * moe.expert_intermediate_size, sparse, False)
@@ -270,7 +309,7 @@ def _mlp_stack(c: _Counter, g: Geometry, cfg: ConfigReader, bias: bool, text_typ
         # (gemma-4-26B-A4B: 30 x 3 x 2,816 x 2,112 = 535,265,280 parameters); the expert branch has its own
         # pre-norm and both branches a post-norm (3 x hidden), and the router scales its input (hidden) and
         # each expert's output (num_experts).
-        _dense_mlps(c, ff, hidden, widths, sparse, bias)
+        _dense_mlps(c, ff, hidden, _widths(g, cfg), sparse, bias)
         c.add("norms", len(sparse) * 3 * hidden, tp="replicated")
         c.add("router", len(sparse) * (hidden + experts), tp="replicated")
     elif moe.shared_expert_intermediate_size:
@@ -576,6 +615,27 @@ def _qwen2_5_vl_vision(c: _Counter, v: ConfigReader, text_hidden: int) -> None:
     c.linear("vision", "visual.merger.mlp.2", merged, out, bias=True)
 
 
+def _qwen3_5_vision(c: _Counter, v: ConfigReader, text_hidden: int) -> None:
+    """Qwen3.5's ViT: Conv3d patch embedding and a learned position table, LayerNorms with biases, fused qkv,
+    a plain GELU MLP (linear_fc1/fc2) and one patch merger. Unlike Qwen3-VL it builds no deepstack mergers,
+    whatever deepstack_visual_indexes says. Qwen3.6-27B's tower: 460,730,096 parameters."""
+    h, inter, depth = v.require_int("hidden_size"), v.require_int("intermediate_size"), v.require_int("depth")
+    patch, temporal = v.require_int("patch_size"), v.require_int("temporal_patch_size")
+    chans, positions = v.require_int("in_channels", "in_chans"), v.require_int("num_position_embeddings")
+    merge, out = v.require_int("spatial_merge_size"), v.require_int("out_hidden_size")
+    every = list(range(depth))
+    b = "visual.blocks.{i}"
+    # patch embedding (weight + bias), position table, two LayerNorms per block, the merger's LayerNorm
+    c.add("vision", chans * temporal * patch * patch * h + h + positions * h + depth * 4 * h + 2 * h)
+    c.linear("vision", b + ".attn.qkv", h, 3 * h, layers=every, bias=True)
+    c.linear("vision", b + ".attn.proj", h, h, layers=every, bias=True)
+    c.linear("vision", b + ".mlp.linear_fc1", h, inter, layers=every, bias=True)
+    c.linear("vision", b + ".mlp.linear_fc2", inter, h, layers=every, bias=True)
+    merged = h * merge * merge
+    c.linear("vision", "visual.merger.linear_fc1", merged, merged, bias=True)
+    c.linear("vision", "visual.merger.linear_fc2", merged, out, bias=True)
+
+
 def _gemma4_vision(c: _Counter, v: ConfigReader, text_hidden: int) -> None:
     """Gemma 4's vision encoder and its projector into the text width; no biases anywhere.
 
@@ -607,4 +667,6 @@ VISION_TOWERS: dict[str, Callable[[_Counter, ConfigReader, int], None]] = {
     "gemma4": _gemma4_vision,
     "llama4": _llama4_vision,
     "qwen2_5_vl": _qwen2_5_vl_vision,
+    "qwen3_5": _qwen3_5_vision,
+    "qwen3_5_moe": _qwen3_5_vision,
 }

@@ -41,6 +41,7 @@ _FAMILIES = {
     "llama": "llama", "llama4": "llama4", "llama4_text": "llama4", "mistral": "mistral", "mistral3": "mistral",
     "mixtral": "mixtral", "qwen2": "qwen2", "qwen2_moe": "qwen2-moe", "qwen2_5_vl": "qwen2.5-vl",
     "qwen2_5_vl_text": "qwen2.5-vl", "qwen3": "qwen3", "qwen3_moe": "qwen3-moe", "qwen3_next": "qwen3-next",
+    "qwen3_5": "qwen3.5", "qwen3_5_text": "qwen3.5", "qwen3_5_moe": "qwen3.5-moe", "qwen3_5_moe_text": "qwen3.5-moe",
     "gemma": "gemma", "gemma2": "gemma2", "gemma3": "gemma3", "gemma3_text": "gemma3", "gemma3n": "gemma3n",
     "gemma3n_text": "gemma3n", "gemma4": "gemma4", "gemma4_text": "gemma4", "granite": "granite",
     "granitemoe": "granite-moe",
@@ -50,6 +51,14 @@ _FAMILIES = {
     "nemotron_h": "nemotron-h", "jamba": "jamba", "starcoder2": "starcoder2", "cohere": "cohere",
     "cohere2": "cohere", "olmo2": "olmo", "llava": "llava", "llava_next": "llava", "kimi_vl": "kimi-vl",
     "meta-llama": "llama",
+}
+
+# Config keys of cache mechanisms kvplan does not model: reading such a config with the standard decoder keys
+# would size a cache the engine does not build (DeepSeek-V4-Flash read that way plans 54 GiB of KV that vLLM
+# does not have), so it is refused by the key.
+_UNMODELLED_CACHE_KEYS = {
+    "compress_ratios": "compressed attention (DeepSeek-V4: per-layer KV compression and its own caches)",
+    "index_topk": "a sparse-attention indexer (DeepSeek-V3.2, V4), whose key cache vLLM keeps beside the KV",
 }
 
 # Absent keys whose class default changes a size; defaults of flags such as attention_bias are not worth a note.
@@ -159,6 +168,10 @@ def parse_config(
             f"model_type '{model_type}' is not one kvplan knows by name; read with the standard decoder keys"
         )
 
+    for key, mechanism in _UNMODELLED_CACHE_KEYS.items():
+        if cfg.has(key):
+            raise cfg.error(key, f"marks {mechanism}, which kvplan does not model; it gives no estimate rather "
+                                 "than a wrong one for this model")
     geometry = read_geometry(cfg, raw, model_type=model_type, text_type=str(text_type), notes=notes)
     layers = tuple(SPEC_BUILDERS[kind](geometry, cfg, i) for i, kind in enumerate(geometry.layer_kinds))
 
@@ -184,6 +197,7 @@ def parse_config(
         model_type=model_type,
         multimodal=vision is not None or (model_type != text_type and "text_config" in raw),
         excluded=quant_mod.exclusion_predicate(quant),
+        formats=quant_mod.module_formats(quant) if quant is not None and quant.per_module else None,
         vision=vision,
     )
     sized = sorted({cfg.key(k) for k in cfg.defaulted if k in _SIZING_KEYS})
@@ -223,7 +237,7 @@ def _vision_cfg(raw: dict, source: str, notes: list[str]) -> ConfigReader | None
     top = raw.get("model_type")
     # The vision config class each sized tower uses, for the defaults of keys its vision_config omits.
     known = {"gemma3": "siglip_vision_model", "gemma4": "gemma4_vision", "llama4": "llama4_vision_model",
-             "qwen2_5_vl": "qwen2_5_vl_vision"}
+             "qwen2_5_vl": "qwen2_5_vl_vision", "qwen3_5": "qwen3_5_vision", "qwen3_5_moe": "qwen3_5_moe_vision"}
     vtype = vtype or known.get(str(top))
     if str(top) not in params_mod.VISION_TOWERS:
         notes.append(
@@ -272,8 +286,10 @@ def _no_cache(g: Geometry, cfg: ConfigReader, i: int) -> LayerSpec:
     return NoCacheSpec()
 
 
-def _state_dtype(cfg: ConfigReader, key: str) -> str:
-    """Recurrent state dtype: the config's explicit cache dtype, else the model dtype."""
+def _state_dtype(cfg: ConfigReader, key: str, *aliases: str) -> str:
+    """Recurrent state dtype: the config's explicit cache dtype (the first of `key`, `aliases` it states), else
+    the model dtype."""
+    key = next((k for k in (key, *aliases) if cfg.opt_str(k) is not None), key)
     value = cfg.opt_str(key)
     if value is None or value == "auto":
         value = cfg.raw.get("torch_dtype") or cfg.raw.get("dtype") or "bfloat16"
@@ -306,20 +322,24 @@ def _mamba(g: Geometry, cfg: ConfigReader, i: int) -> LayerSpec:
 
 
 def _linear_attention(g: Geometry, cfg: ConfigReader, i: int) -> LayerSpec:
-    """Gated DeltaNet (Qwen3-Next linear attention) per-request state, as vLLM shapes it.
+    """Gated DeltaNet (Qwen3-Next, Qwen3.5 linear attention) per-request state, as vLLM shapes it.
 
-    conv state: (2 * key_heads * key_dim + value_heads * value_dim, kernel - 1);
-    recurrent state: (value_heads, key_dim, value_dim). Qwen3-Next-80B: conv (2*16*128 + 32*128, 3) = 24,576
-    values, recurrent 32 * 128 * 128 = 524,288 values, both bf16 -> 1,097,728 B per layer per request.
+    conv state: (2 * key_heads * key_dim + value_heads * value_dim, kernel - 1) in the model dtype;
+    recurrent state: (value_heads, key_dim, value_dim) in the dtype the config gives the SSM state, else the
+    model dtype. Qwen3-Next-80B: conv (2*16*128 + 32*128, 3) = 24,576 values, recurrent 32 * 128 * 128 =
+    524,288 values, both bf16 -> 1,097,728 B per layer per request. Qwen3.5 configs say "mamba_ssm_dtype":
+    "float32", which vLLM copies into mamba_ssm_cache_dtype from 0.17.0, the first release that serves them
+    (Qwen3_5ForConditionalGenerationConfig, vllm-project/vllm#34489): Qwen3.6-35B-A3B holds conv
+    (8,192, 3) x 2 B = 49,152 B and recurrent 32 x 128 x 128 x 4 B = 2,097,152 B per layer.
     """
     la = g.linear_attention
     assert la is not None  # read_geometry reads the DeltaNet dims whenever a layer is linear attention
     conv_dim = 2 * la.num_key_heads * la.key_head_dim + la.num_value_heads * la.value_head_dim
-    dtype = _state_dtype(cfg, "mamba_ssm_cache_dtype")
     return LinearAttentionSpec(
         tensors=(
-            StateTensor("conv", (conv_dim, la.conv_kernel - 1), dtype, 0),
-            StateTensor("recurrent", (la.num_value_heads, la.key_head_dim, la.value_head_dim), dtype, 0),
+            StateTensor("conv", (conv_dim, la.conv_kernel - 1), _state_dtype(cfg, "mamba_conv_cache_dtype"), 0),
+            StateTensor("recurrent", (la.num_value_heads, la.key_head_dim, la.value_head_dim),
+                        _state_dtype(cfg, "mamba_ssm_cache_dtype", "mamba_ssm_dtype"), 0),
         )
     )
 

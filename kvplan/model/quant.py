@@ -82,25 +82,68 @@ def _patterns(qc: dict, key: str, source: str, where: str = "quantization_config
 
 def _modelopt(q: dict, source: str, where: str) -> QuantSpec:
     """NVIDIA ModelOpt checkpoints: hf_quant_config.json's "quantization", or config.json's quantization_config
-    with quant_method "modelopt" (`where` names the one read). One format for every quantized Linear."""
+    with quant_method "modelopt" (`where` names the one read). One format for every quantized Linear, or, with
+    MIXED_PRECISION, one per module from `quantized_layers`."""
     algo = q.get("quant_algo")
     if not isinstance(algo, str):
         raise ConfigError(f"{where}.quant_algo", f"must be a string, got {algo!r}", source)
     excluded = _patterns(q, "exclude_modules", source, where) + _patterns(q, "ignore", source, where)
     if algo.upper() == "MIXED_PRECISION":
-        raise ConfigError(f"{where}.quant_algo", "MIXED_PRECISION (a format per layer) is not sized by kvplan; "
-                          "pass --weights-bytes, or --weights-from-hub to read the checkpoint's exact bytes", source)
-    if algo.upper() == "FP8":
+        return _modelopt_mixed(q, excluded, source, where)
+    return _modelopt_format(algo, q.get("group_size", 16), source, f"{where}.quant_algo", excluded)
+
+
+def _modelopt_format(algo: str, group: Any, source: str, key: str, excluded: tuple[str, ...] = ()) -> QuantSpec:
+    """One ModelOpt weight format, as vLLM's modelopt.py loads it (`QUANT_ALGOS`)."""
+    name = algo.upper()
+    if name == "FP8":
         # fp8 weight + an fp32 weight_scale and an fp32 input_scale per Linear (static per-tensor).
         return QuantSpec("modelopt-fp8", 8, scale_bytes=8, excluded=excluded,
                          note="ModelOpt FP8, per-tensor fp32 weight and input scales")
-    if algo.upper() == "NVFP4":
-        group = q.get("group_size", 16)
+    if name == "FP8_PER_CHANNEL_PER_TOKEN":
+        return QuantSpec("modelopt-fp8-channel", 8, scale_bytes=4, excluded=excluded,
+                         note="ModelOpt FP8, one fp32 scale per output channel")
+    if name in ("NVFP4", "W4A16_NVFP4"):
         if not _pos_int(group):
-            raise ConfigError(f"{where}.group_size", f"must be a positive integer, got {group!r}", source)
+            raise ConfigError(key.rsplit(".", 1)[0] + ".group_size", f"must be a positive integer, got {group!r}",
+                              source)
+        # W4A16_NVFP4 stores the same tensors; only the activations stay 16-bit at run time.
+        activations = "16-bit activations" if name == "W4A16_NVFP4" else "fp4 activations"
         return QuantSpec("nvfp4", 4, group_size=group, scale_bytes=1, excluded=excluded,
-                         note=f"ModelOpt NVFP4, one fp8 scale per {group} weights + fp32 global scales")
-    raise ConfigError(f"{where}.quant_algo", f"unsupported algorithm {algo!r}", source)
+                         note=f"ModelOpt NVFP4 ({activations}), one fp8 scale per {group} weights + fp32 "
+                              "global scales")
+    if name == "MXFP8":
+        # OCP MX: fp8 e4m3 values in blocks of 32 sharing one e8m0 scale byte (vLLM's MXFP8_BLOCK_SIZE).
+        return QuantSpec("mxfp8", 8, group_size=32, scale_bytes=1, excluded=excluded,
+                         note="ModelOpt MXFP8, one e8m0 scale per 32 weights")
+    raise ConfigError(key, f"unsupported algorithm {algo!r}; kvplan sizes FP8, FP8_PER_CHANNEL_PER_TOKEN, "
+                      "NVFP4, W4A16_NVFP4, MXFP8 and MIXED_PRECISION", source)
+
+
+def _modelopt_mixed(q: dict, excluded: tuple[str, ...], source: str, where: str) -> QuantSpec:
+    """MIXED_PRECISION: `quantized_layers` maps each quantized module to its own algorithm; a module it does
+    not list stays at the model dtype, as vLLM's ModelOptMixedPrecisionConfig leaves it unquantized.
+    nvidia/Qwen3.6-27B-NVFP4: 144 attention and DeltaNet projections in FP8, 192 MLP projections and lm_head
+    in W4A16_NVFP4; embeddings, norms, the vision tower and the MTP head at bf16."""
+    layers = q.get("quantized_layers")
+    key = f"{where}.quantized_layers"
+    if not isinstance(layers, dict) or not layers:
+        raise ConfigError(key, "must map each quantized module to its quant_algo (MIXED_PRECISION needs it)",
+                          source)
+    formats: dict[tuple[str, Any], QuantSpec] = {}
+    per_module: list[tuple[str, QuantSpec]] = []
+    for module, info in layers.items():
+        algo = info.get("quant_algo") if isinstance(info, dict) else None
+        if not isinstance(algo, str):
+            raise ConfigError(f"{key}.{module}.quant_algo", f"must be a string, got {algo!r}", source)
+        fmt_key = (algo.upper(), info.get("group_size", 16))
+        if fmt_key not in formats:
+            formats[fmt_key] = _modelopt_format(algo, fmt_key[1], source, f"{key}.{module}.quant_algo")
+        per_module.append((module, formats[fmt_key]))
+    listed = ", ".join(f"{algo} x {sum(1 for _, m in per_module if m is f)}" for (algo, _), f in formats.items())
+    return QuantSpec("modelopt-mixed", min(f.weight_bits for f in formats.values()), excluded=excluded,
+                     per_module=tuple(sorted(per_module)),
+                     note=f"ModelOpt MIXED_PRECISION ({listed} modules; the rest at model dtype)")
 
 
 def _awq_gptq(qc: dict, method: str, skip: tuple[str, ...], source: str) -> QuantSpec:
@@ -174,11 +217,16 @@ def _compressed_tensors(qc: dict, source: str, dtype_bytes: int) -> QuantSpec:
 def exclusion_predicate(quant: QuantSpec | None) -> Callable[[str], bool]:
     """A test over full module names ("model.layers.3.self_attn.q_proj") for the config's exclusion patterns.
 
+    A MIXED_PRECISION checkpoint also leaves out every module `quantized_layers` does not list.
+
     Three spellings occur: "re:<regex>" (compressed-tensors, matched from the start of the name); globs with
     "*" (gpt-oss's "model.layers.*.self_attn"); plain names. A glob or plain name excludes the module it names
     and every module under it ("model.layers.0.mlp" covers "model.layers.0.mlp.down_proj", never
     "model.layers.0.mlp_gate"); a plain name without dots ("lm_head") matches that last path component.
     """
+    if quant is not None and quant.per_module:
+        listed = module_formats(quant)
+        return lambda name: listed(name) is None
     if quant is None or not quant.excluded:
         return lambda name: False
     exact: set[str] = set()
@@ -208,10 +256,43 @@ def exclusion_predicate(quant: QuantSpec | None) -> Callable[[str], bool]:
     return excluded
 
 
+# A multimodal decoder's module prefix as kvplan (and vLLM) spell it, and as ModelOpt's exports do.
+_DECODER_SPELLINGS = (("language_model.model.", "model.language_model."),
+                      ("model.language_model.", "language_model.model."))
+
+
+def module_formats(quant: QuantSpec) -> Callable[[str], QuantSpec | None]:
+    """For a MIXED_PRECISION checkpoint: the format of a module by its full name, None when it stays at the
+    model dtype (excluded, or not listed). A module takes the entry of its nearest listed ancestor, so
+    "model.language_model.layers.0.mlp.experts" covers each expert's projections; kvplan names a multimodal
+    decoder "language_model.model.*" and ModelOpt "model.language_model.*", so both spellings are tried."""
+    listed = dict(quant.per_module)
+    excluded = exclusion_predicate(QuantSpec(quant.method, quant.weight_bits, excluded=quant.excluded))
+
+    def fmt(name: str) -> QuantSpec | None:
+        if excluded(name):
+            return None
+        spellings = [name]
+        for a, b in _DECODER_SPELLINGS:
+            if name.startswith(a):
+                spellings.append(b + name[len(a):])
+        for spelled in spellings:
+            parts = spelled.split(".")
+            for k in range(len(parts), 0, -1):
+                found = listed.get(".".join(parts[:k]))
+                if found is not None:
+                    return found
+        return None
+
+    return fmt
+
+
 # ---- bytes -----------------------------------------------------------------------------------------------
 
 def group_weight_bytes(group: ParamGroup, quant: QuantSpec | None, dtype_bytes: int) -> int:
     """Bytes of one parameter group stored as the checkpoint stores it."""
+    if group.fmt is not None:
+        quant = group.fmt  # a MIXED_PRECISION checkpoint: this group's own format
     if quant is None or not group.quantizable:
         return group.params * dtype_bytes
     total = 0

@@ -49,6 +49,11 @@ class LayerSpec:
         return 0
 
     @property
+    def state_tensors(self) -> tuple[StateTensor, ...]:
+        """The tensors of that state, for an engine that stores them in its own dtypes (SGLang)."""
+        return ()
+
+    @property
     def window_tokens(self) -> int | None:
         """The most tokens a request keeps however long it runs (a window or chunk); None if unbounded."""
         return None
@@ -169,11 +174,14 @@ class StateTensor:
     dtype: str
     split_dim: int | None = 0
 
-    def bytes(self, tp: int = 1) -> int:
+    def elements(self, tp: int = 1) -> int:
         dims = list(self.shape)
         if self.split_dim is not None and tp > 1:
             dims[self.split_dim] = cdiv(dims[self.split_dim], tp)
-        return math.prod(dims) * weight_dtype_bytes(self.dtype)
+        return math.prod(dims)
+
+    def bytes(self, tp: int = 1) -> int:
+        return self.elements(tp) * weight_dtype_bytes(self.dtype)
 
 
 @dataclass(frozen=True)
@@ -188,6 +196,10 @@ class StateSpec(LayerSpec):
 
     def state_bytes(self, tp: int = 1) -> int:
         return sum(t.bytes(tp) for t in self.tensors)
+
+    @property
+    def state_tensors(self) -> tuple[StateTensor, ...]:
+        return self.tensors
 
 
 @dataclass(frozen=True)
@@ -237,6 +249,8 @@ class QuantSpec:
     zero_point_bits: int = 0
     excluded: tuple[str, ...] = ()  # module patterns left at the model dtype
     note: str = ""
+    # MIXED_PRECISION (ModelOpt): (module name, its format), sorted; empty for one format per checkpoint.
+    per_module: tuple[tuple[str, QuantSpec], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -249,8 +263,9 @@ class ParamGroup:
     # Per-rank sharding under TP: "split" (column/row parallel), "replicated" (norms, routers),
     # "vocab" (embeddings / lm_head are split over TP too in vLLM).
     tp: str = "split"
-    # (rows, cols) of each quantizable matrix, for group-wise scale counts; empty = unknown.
+    # The group's Linear matrices, for group-wise scale counts and the vision tower's shape; empty = none.
     matrices: tuple[tuple[int, int, int], ...] = ()  # (count, out_features, in_features)
+    fmt: QuantSpec | None = None  # its format in a MIXED_PRECISION checkpoint; None: the checkpoint's one
 
 
 @dataclass(frozen=True)
