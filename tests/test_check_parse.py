@@ -383,3 +383,24 @@ def test_find_invocation_forms() -> None:
 
 def test_deployment_error_is_a_kvplan_error() -> None:
     assert DeploymentError.exit_code == 2
+
+
+def test_vllm_mamba_dtype_flags_are_read_and_sglangs_is_named_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "hybrid.yaml"
+    path.write_text("""
+services:
+  vllm:
+    image: vllm/vllm-openai:v0.19.0
+    command: ["--model", "Qwen/Qwen3-Next-80B-A3B-Thinking", "--tensor-parallel-size", "4",
+              "--mamba-ssm-cache-dtype", "float32", "--mamba-cache-dtype", "bfloat16"]
+  sglang:
+    image: lmsysorg/sglang:v0.5.9
+    command: ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-Next-80B-A3B-Thinking",
+              "--tp", "4", "--mamba-ssm-dtype", "bfloat16"]
+""")
+    requests, failures = load_requests([str(path)])
+    vllm, sglang = sorted(requests, key=lambda r: r.engine, reverse=True)
+    assert (vllm.engine, sglang.engine) == ("vllm", "sglang") and not failures
+    assert (vllm.mamba_cache_dtype, vllm.mamba_ssm_cache_dtype) == ("bfloat16", "float32")
+    assert "mamba-ssm-cache-dtype" not in {f.flag.lstrip("-") for f in vllm.ignored_flags}
+    assert "mamba-ssm-dtype" in {f.flag.lstrip("-") for f in sglang.ignored_flags}

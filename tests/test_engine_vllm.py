@@ -336,19 +336,65 @@ def test_prefix_caching_on_a_deltanet_hybrid_holds_two_state_pages():
 
 
 def test_prefix_caching_on_a_mamba_hybrid_takes_all_mode_blocks(runner):
-    # Nemotron-H-56B (bf16), one GPU: a Mamba2 state is conv 20,480 x 3 x 2 B + SSM 256 x 64 x 256 x 2 B =
+    # Nemotron-H-56B (bf16) on vLLM 0.19, one GPU: a Mamba2 state is conv 20,480 x 3 x 2 B + SSM 256 x 64 x 256 x 2 B =
     # 8,511,488 B; attention 8 KV heads x 128 x 2 x 2 B = 4,096 B/token. Without prefix caching the block is
     # 16 x cdiv(8,511,488, 16 x 4,096) = 2,080 tokens and a request at 8,192 tokens holds cdiv(8,192, 2,080) =
-    # 4 attention blocks + 1 page in each of the 6 Mamba groups = 10. With it, vLLM 0.15+ uses mamba_cache_mode
+    # 4 attention blocks + 1 page in each of the 6 Mamba groups = 10. With it, vLLM (0.15+) uses mamba_cache_mode
     # "all": the block is a multiple of lcm(chunk_size 128, 16) = 128 holding a state, 128 x cdiv(2,078, 128) =
     # 2,176 tokens, and every group, Mamba too, holds cdiv(8,192, 2,176) = 4 blocks: 4 + 6 x 4 = 28.
     model = _model("nvidia/Nemotron-H-56B-Base-8K")
-    off = plan_vllm(model, VllmFlags(max_model_len=8192, version="0.24"), find_gpu("H200"))
-    on = plan_vllm(model, VllmFlags(max_model_len=8192, version="0.24", enable_prefix_caching=True),
+    off = plan_vllm(model, VllmFlags(max_model_len=8192, version="0.19"), find_gpu("H200"))
+    on = plan_vllm(model, VllmFlags(max_model_len=8192, version="0.19", enable_prefix_caching=True),
                    find_gpu("H200"))
     assert (off.stages[0].layout.block_size, off.blocks_per_request) == (2080, 10)
     assert (on.stages[0].layout.block_size, on.blocks_per_request) == (2176, 28)
     out = run_cli(runner, "estimate", "nvidia/Nemotron-H-56B-Base-8K", "--seq", "8192", "--gpu", "H200",
-                  "--vllm-version", "0.24", "--enable-prefix-caching", "--json")
+                  "--vllm-version", "0.19", "--enable-prefix-caching", "--json")
     notes = " ".join(json.loads(out.stdout)["gpus"][0]["notes"])
     assert "mamba_cache_mode 'all': a request holds a state page per 2176-token block" in notes
+
+
+@pytest.mark.parametrize(("version", "state_bytes", "block"), [
+    # Nemotron-H-56B states no SSM dtype: conv 20,480 x 3 x 2 B = 122,880 B, SSM 256 x 64 x 256 values. Up to
+    # 0.12 vLLM keeps the SSM state in the model's bf16 (8,388,608 B); 0.13-0.19 default it to float16 (the
+    # same bytes); from 0.20 to float32: 16,777,216 B, so the block grows from 16 x cdiv(8,511,488, 65,536) =
+    # 2,080 to 16 x cdiv(16,900,096, 65,536) = 4,128 tokens (4,096 B of attention a token).
+    ("0.12.0", 8_511_488, 2080), ("0.19", 8_511_488, 2080), ("0.20.0", 16_900_096, 4128),
+])
+def test_nemotron_h_ssm_state_dtype_by_release(version, state_bytes, block):
+    r = plan_vllm(_model("nvidia/Nemotron-H-56B-Base-8K"), VllmFlags(max_model_len=8192, version=version),
+                  find_gpu("H200"))
+    layout = r.stages[0].layout
+    assert {g.state_bytes for g in layout.groups if g.kind == "mamba"} == {state_bytes}
+    assert layout.block_size == block
+
+
+def test_nemotron_3_nano_states_float32_and_vllm_reads_it_from_0_13():
+    # Its config says mamba_ssm_cache_dtype float32: 64 x 64 x 128 x 4 B = 2,097,152 B + conv (4,096 + 2 x 8 x
+    # 128) x 3 x 2 B = 36,864 B. vLLM 0.12 ignores the key (bf16: 1,048,576 + 36,864).
+    model = _model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    states = {v: {g.state_bytes for g in plan_vllm(model, VllmFlags(max_model_len=8192, version=v), H100)
+                  .stages[0].layout.groups if g.kind == "mamba"} for v in ("0.12.0", "0.13.0")}
+    assert states == {"0.12.0": {1_085_440}, "0.13.0": {2_134_016}}
+
+
+def test_mamba_ssm_cache_dtype_flag_sets_the_deltanet_state(runner, tmp_path):
+    # Qwen3-Next-80B's DeltaNet state on vLLM: conv 8,192 x 3 x 2 B = 49,152 B, recurrent 32 x 128 x 128 values
+    # in the conv dtype (bf16) by default: 1,097,728 B; --mamba-ssm-cache-dtype float32 (what PR #34489 says
+    # Qwen3-Next needs) doubles the recurrent part: 49,152 + 2,097,152 = 2,146,304 B, and the attention block
+    # (2,048 B/token) grows from 16 x cdiv(1,097,728, 32,768) = 544 to 16 x 66 = 1,056 tokens.
+    model = _model("Qwen/Qwen3-Next-80B-A3B-Thinking")
+
+    def layout(**kw):
+        return plan_vllm(model, VllmFlags(max_model_len=32768, version="0.19", **kw), find_gpu("H200")).stages[0].layout
+
+    default, fp32 = layout(), layout(mamba_ssm_cache_dtype="float32")
+    assert {g.state_bytes for g in default.groups if g.kind == "mamba"} == {1_097_728} and default.block_size == 544
+    assert {g.state_bytes for g in fp32.groups if g.kind == "mamba"} == {2_146_304} and fp32.block_size == 1056
+    with pytest.raises(InputError, match="has no --mamba-ssm-cache-dtype"):
+        plan_vllm(model, VllmFlags(version="0.10.0", mamba_ssm_cache_dtype="float32"), find_gpu("H200"))
+    with pytest.raises(InputError, match="must be one of auto, float32, float16, bfloat16"):
+        plan_vllm(model, VllmFlags(version="0.19", mamba_cache_dtype="fp8"), find_gpu("H200"))
+    out = run_cli(runner, "estimate", "Qwen/Qwen3-Next-80B-A3B-Thinking", "--seq", "32768", "--gpu", "H200",
+                  "--vllm-version", "0.19", "--mamba-ssm-cache-dtype", "float32", "--json")
+    assert "blocks of 1056 per layer group" in " ".join(json.loads(out.stdout)["gpus"][0]["notes"])

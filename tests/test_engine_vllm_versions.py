@@ -83,6 +83,8 @@ CHANGES = [
     ("0.9.2", "0.10.0", "kv_cache_dtypes", ("auto", "fp8", "fp8_e5m2", "fp8_e4m3"),
      ("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc")),
     ("0.10.0", "0.10.1", "mxfp4", False, True),
+    # CacheConfig.mamba_cache_dtype / mamba_ssm_cache_dtype and their flags: absent from arg_utils.py at 0.10.0.
+    ("0.10.0", "0.10.1", "mamba_dtype_options", False, True),
     ("0.10.1", "0.10.2", "capture_rule", "v1_2seqs", "v1_2seqs_16"),
     ("0.10.1", "0.10.2", "kv_cache_memory_option", False, True),
     ("0.10.2", "0.11.0", "v0_available", True, False),
@@ -93,6 +95,10 @@ CHANGES = [
     ("0.11.2", "0.12.0", "block_sizes", (1, 8, 16, 32, 64, 128), (1, 8, 16, 32, 64, 128, 256)),
     ("0.11.2", "0.12.0", "kv_cache_dtypes", ("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"),
      ("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla")),
+    # NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype appears at 0.13.0 with getattr(hf_config,
+    # "mamba_ssm_cache_dtype", "float16"); 0.20.0 makes the default float32 (DEFAULT_MAMBA_SSM_CACHE_DTYPE).
+    ("0.12.0", "0.13.0", "nemotron_ssm_default", None, "float16"),
+    ("0.19.1", "0.20.0", "nemotron_ssm_default", "float16", "float32"),
     ("0.13.0", "0.14.0", "requested_ceil", False, True),
     ("0.13.0", "0.14.0", "moe_workspace_kept", False, True),
     # MambaModelConfig.verify_and_update_config sets mamba_cache_mode from 0.15.0 (config/cache.py has no

@@ -203,6 +203,7 @@ def _options(log: StartupLog, version: str | None, user_only: bool) -> tuple[Eng
         max_num_batched_tokens=given("max_num_batched_tokens"),
         enable_prefix_caching=None if caching is None else bool(caching), install=s.install or "image",
         lora=LoraSlots(s.max_loras or 1, s.max_lora_rank or 16, bool(s.fully_sharded_loras)) if s.enable_lora else None,
+        mamba_cache_dtype=s.mamba_cache_dtype or "auto", mamba_ssm_cache_dtype=s.mamba_ssm_cache_dtype or "auto",
     )
     return _with_engine(options, s.vllm_engine), [note] if note else []
 

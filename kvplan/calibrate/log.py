@@ -128,6 +128,8 @@ class LogSettings:
     cpu_offload_gb: float | None = None
     enable_lora: bool | None = None
     max_loras: int | None = None
+    mamba_cache_dtype: str | None = None
+    mamba_ssm_cache_dtype: str | None = None
     max_lora_rank: int | None = None
     fully_sharded_loras: bool | None = None
     vllm_engine: str | None = None

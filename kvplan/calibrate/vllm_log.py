@@ -152,6 +152,8 @@ _FLAG_FIELDS = {
     "max_loras": ("max_loras", int),
     "max_lora_rank": ("max_lora_rank", int),
     "fully_sharded_loras": ("fully_sharded_loras", bool),
+    "mamba_cache_dtype": ("mamba_cache_dtype", str),
+    "mamba_ssm_cache_dtype": ("mamba_ssm_cache_dtype", str),
 }
 _ABBREVIATED = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"}
 

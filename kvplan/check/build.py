@@ -41,6 +41,8 @@ _FIELDS: dict[str, dict[str, str]] = {
         "kv_cache_memory": "kv-cache-memory-bytes",
         "max_loras": "max-loras",
         "max_lora_rank": "max-lora-rank",
+        "mamba_cache_dtype": "mamba-cache-dtype",
+        "mamba_ssm_cache_dtype": "mamba-ssm-cache-dtype",
     },
     "sglang": {
         "model": "model-path",
@@ -97,6 +99,7 @@ _UNMODELLED: dict[str, dict[str, str]] = {
         "lora-paths": "LoRA adapters take GPU memory kvplan does not count",
         "json-model-override-args": "config overrides are not applied to the model kvplan plans",
         "cuda-graph-max-bs": "CUDA-graph memory depends on it; kvplan uses SGLang's default",
+        "mamba-ssm-dtype": "sets a hybrid's SSM state dtype; kvplan plans SGLang's float32 default",
     },
     "tgi": {
         "speculate": "speculative tokens take KV kvplan does not count",
@@ -364,6 +367,10 @@ def build_request(
         max_model_len_cap_tokens=cap,
         allow_long_max_model_len=allow_long,
         lora_slots=lora,
+        mamba_cache_dtype=_plain(text("mamba_cache_dtype"), "mamba_cache_dtype", names, site, out)
+        if "mamba_cache_dtype" in names else None,
+        mamba_ssm_cache_dtype=_plain(text("mamba_ssm_cache_dtype"), "mamba_ssm_cache_dtype", names, site, out)
+        if "mamba_ssm_cache_dtype" in names else None,
         engine_version=engine_version,
         gpu_memory_bytes=hardware.gpu_memory_bytes,
         ignored_flags=_ignored(parsed),

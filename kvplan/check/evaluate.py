@@ -65,6 +65,8 @@ def _engine_options(req: DeploymentRequest, vllm_version: str) -> Any:
             kv_cache_memory_bytes=req.kv_cache_memory_bytes,
             allow_long_max_model_len=req.allow_long_max_model_len,
             lora=LoraSlots(*req.lora_slots) if req.lora_slots else None,
+            mamba_cache_dtype=req.mamba_cache_dtype or "auto",
+            mamba_ssm_cache_dtype=req.mamba_ssm_cache_dtype or "auto",
         ),
         "sglang": lambda: SglangOptions(
             mem_fraction_static=req.gpu_memory_utilization,

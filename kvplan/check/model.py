@@ -98,6 +98,8 @@ class DeploymentRequest:
     allow_long_max_model_len: bool = False  # env VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     # vLLM --enable-lora: (--max-loras, --max-lora-rank, --fully-sharded-loras)
     lora_slots: tuple[int, int, bool] | None = None
+    mamba_cache_dtype: str | None = None  # vLLM --mamba-cache-dtype (a hybrid's conv state)
+    mamba_ssm_cache_dtype: str | None = None  # vLLM --mamba-ssm-cache-dtype (its SSM / recurrent state)
     engine_version: str | None = None  # from the image tag, e.g. "0.10.1" (vllm/vllm-openai:v0.10.1)
     # Hardware as resolved against the catalog (or --gpu-mem): the key and the memory the figures use.
     gpu_key: str | None = None

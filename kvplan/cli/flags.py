@@ -46,6 +46,8 @@ FIELD_FLAGS: dict[str, str] = {
     "engine.max_num_batched_tokens": "--max-num-batched-tokens",
     "engine.kv_cache_memory_bytes": "--kv-cache-memory-bytes",
     "engine.allow_long_max_model_len": "--allow-long-max-model-len",
+    "engine.mamba_cache_dtype": "--mamba-cache-dtype",
+    "engine.mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
     "engine.max_loras": "--max-loras",
     "engine.max_lora_rank": "--max-lora-rank",
     "engine.mem_fraction_static": "--mem-fraction-static",

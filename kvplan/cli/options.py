@@ -185,6 +185,16 @@ AllowLong = Annotated[
         rich_help_panel=VLLM,
     ),
 ]
+MambaCacheDtype = Annotated[
+    str | None,
+    typer.Option("--mamba-cache-dtype", help="Mamba/DeltaNet conv state dtype (auto, float32, float16, bfloat16).",
+                 rich_help_panel=VLLM),
+]
+MambaSsmCacheDtype = Annotated[
+    str | None,
+    typer.Option("--mamba-ssm-cache-dtype", help="Their SSM/recurrent state dtype (auto: the model's rule).",
+                 rich_help_panel=VLLM),
+]
 EnableLora = Annotated[
     bool | None,
     typer.Option("--enable-lora", help="LoRA slots take GPU memory (--max-loras, --max-lora-rank).",

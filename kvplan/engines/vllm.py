@@ -73,6 +73,8 @@ class VllmFlags:
     kv_cache_memory_bytes: int | None = None
     version: str = "current"
     use_v1: bool | None = None  # VLLM_USE_V1; None: the release's default engine
+    mamba_cache_dtype: str = "auto"  # --mamba-cache-dtype: the conv state's (auto: the served dtype)
+    mamba_ssm_cache_dtype: str = "auto"  # --mamba-ssm-cache-dtype: the SSM / recurrent state's
     usage: str = "serve"  # "serve" or "llm": the entry point's batch defaults
     install: str = "image"  # "image" or "wheel" (INSTALLS)
     enforce_eager: bool = False  # no CUDA graphs
@@ -99,11 +101,22 @@ class VllmFlags:
             if not rules.kv_cache_memory_option:
                 raise FieldError("engine.kv_cache_memory_bytes",
                                  f"vLLM {self.version} has no --kv-cache-memory-bytes (0.10.2 and later)")
+        for name in ("mamba_cache_dtype", "mamba_ssm_cache_dtype"):
+            value = getattr(self, name)
+            if value not in MAMBA_DTYPES:
+                raise FieldError(f"engine.{name}", f"must be one of {', '.join(MAMBA_DTYPES)}", value)
+            if value != "auto" and not rules.mamba_dtype_options:
+                raise FieldError(f"engine.{name}", f"vLLM {self.version} has no --{name.replace('_', '-')} "
+                                 "(0.10.1 and later)", value)
         if self.usage not in USAGES:
             raise FieldError("engine.usage", f"must be one of {', '.join(USAGES)}", self.usage)
         if self.install not in INSTALLS:
             raise FieldError("engine.install", f"must be one of {', '.join(INSTALLS)}", self.install)
         return rules
+
+
+# vLLM's MambaDType (config/cache.py): the values --mamba-cache-dtype and --mamba-ssm-cache-dtype take.
+MAMBA_DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -127,6 +140,8 @@ class ResolvedFlags:
     engine: str  # "v0" or "v1"
     install: str  # "image" or "wheel"
     lora: LoraSlots | None = None
+    mamba_cache_dtype: str = "auto"
+    mamba_ssm_cache_dtype: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -321,6 +336,8 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         engine=engine,
         install=flags.install,
         lora=flags.lora,
+        mamba_cache_dtype=flags.mamba_cache_dtype,
+        mamba_ssm_cache_dtype=flags.mamba_ssm_cache_dtype,
     )
 
 
@@ -339,11 +356,32 @@ def mamba_cache_mode(model: ModelSpec, f: ResolvedFlags) -> str:
     return "all" if any(spec.kind == LayerKind.MAMBA for spec in model.layers) else "align"
 
 
+def _vllm_state(spec: LayerSpec, model: ModelSpec, f: ResolvedFlags) -> LayerSpec:
+    """A state layer in the dtypes vLLM gives it (MambaStateDtypeCalculator): the conv state in
+    --mamba-cache-dtype (auto: the served dtype); the SSM / recurrent state in --mamba-ssm-cache-dtype, whose
+    auto is the conv state's dtype, except where a model hook fills it: Nemotron-H takes the config's
+    mamba_ssm_cache_dtype or the release's default (float16 from 0.13, float32 from 0.20); Qwen3.5 its
+    config's mamba_ssm_dtype (0.17+, already in the DeltaNet spec: parse.py). Nemotron-H-56B (no dtype
+    stated): SSM 256 x 64 x 256 x 2 B = 8,388,608 B a layer up to 0.19, 16,777,216 from 0.20."""
+    if spec.kind not in (LayerKind.MAMBA, LayerKind.LINEAR_ATTENTION):
+        return spec
+    conv = f.dtype if f.mamba_cache_dtype == "auto" else f.mamba_cache_dtype
+    ssm = f.mamba_ssm_cache_dtype
+    if ssm == "auto":
+        ssm = conv
+        mamba = model.geometry.mamba
+        if model.model_type == "nemotron_h" and f.rules.nemotron_ssm_default:
+            ssm = (mamba.ssm_cache_dtype if mamba else None) or f.rules.nemotron_ssm_default
+        elif spec.kind == LayerKind.LINEAR_ATTENTION:
+            ssm = next(t.dtype for t in spec.state_tensors if t.name != "conv")
+    return spec.with_state_dtypes(conv, ssm)
+
+
 def _stage_layout(model: ModelSpec, layers: range, f: ResolvedFlags, block_size_set: bool) -> KvCacheLayout:
     """One rank's KV layout. Without V1's hybrid manager (V0, V1 before 0.9.1) every attention layer caches
     every token (a sliding window only masks), and state layers have no place in the block pool."""
     hybrid = f.engine == "v1" and f.rules.hybrid_groups
-    stage = model.layers[layers.start : layers.stop : layers.step]
+    stage = tuple(_vllm_state(spec, model, f) for spec in model.layers[layers.start : layers.stop : layers.step])
     chunk = model.geometry.mamba.chunk_size if model.geometry.mamba else 2048
     layout = _layout(stage, f.kv_cache_dtype, f.tp, hybrid, f.block_size, block_size_set, f.version, f.engine,
                      mamba_cache_mode(model, f), chunk)

@@ -44,6 +44,8 @@ class VllmOptions:
     kv_cache_memory_bytes: int | None = None
     allow_long_max_model_len: bool = False  # the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     lora: LoraSlots | None = None  # --enable-lora: slots for --max-loras adapters of --max-lora-rank
+    mamba_cache_dtype: str = "auto"  # --mamba-cache-dtype (Mamba / DeltaNet conv state)
+    mamba_ssm_cache_dtype: str = "auto"  # --mamba-ssm-cache-dtype (their SSM / recurrent state)
 
     @property
     def rules(self) -> VllmRules:
@@ -66,6 +68,8 @@ class VllmOptions:
         if self.kv_cache_memory_bytes is not None and not self.rules.kv_cache_memory_option:
             raise FieldError("engine.kv_cache_memory_bytes",
                              f"vLLM {self.version} has no --kv-cache-memory-bytes (0.10.2 and later)")
+        VllmFlags(version=self.version, mamba_cache_dtype=self.mamba_cache_dtype,
+                  mamba_ssm_cache_dtype=self.mamba_ssm_cache_dtype).validate()
 
 
 def tp_refusal(model: ModelSpec, tp: int) -> Refusal | None:
@@ -145,6 +149,8 @@ def _flags(d: Deployment, o: VllmOptions) -> VllmFlags:
             cpu_offload_bytes=d.weights.cpu_offload_bytes,
         ),
         lora=o.lora,
+        mamba_cache_dtype=o.mamba_cache_dtype,
+        mamba_ssm_cache_dtype=o.mamba_ssm_cache_dtype,
     )
 
 

@@ -69,10 +69,14 @@ class VllmRules:
     mla_latent: bool = False  # MLA caches the compressed latent (0.7.1+), not per-head K/V [1.9]
     mxfp4: bool = False  # gpt-oss mxfp4 MoE weights load (0.10.1+) [1.10]
     kv_cache_memory_option: bool = False  # --kv-cache-memory-bytes exists (0.10.2+) [1.2]
+    mamba_dtype_options: bool = False  # --mamba-cache-dtype and --mamba-ssm-cache-dtype exist (0.10.1+) [1.9]
     combined_kv_line: bool = False  # "GPU KV cache size" and "Maximum concurrency" on one line (0.28+) [1.8]
     lora_extra_vocab: int = EXTRA_VOCAB  # lora_extra_vocab_size: rows a LoRA slot adds to the vocabulary [1.16]
     pixels_in_model_dtype: bool = False  # the processor's float outputs are cast to the model dtype (0.9.1+) [1.11]
     mamba_cache_modes: bool = False  # prefix caching on a hybrid sets mamba_cache_mode "align"/"all" (0.15+) [1.9]
+    # Nemotron-H's SSM state when --mamba-ssm-cache-dtype is auto: None = the conv state's dtype (the model's);
+    # else the config's mamba_ssm_cache_dtype, or this (NemotronHForCausalLMConfig, 0.13+) [1.9]
+    nemotron_ssm_default: str | None = None
 
     @property
     def release(self) -> str:
@@ -119,7 +123,8 @@ def _changes() -> tuple[VllmRules, ...]:
            v1_concurrency_rule="blocks", pixels_in_model_dtype=True)
     change((0, 10, 0), "CUDA graphs up to min(2 x max_num_seqs, 512)", capture_rule="v1_2seqs",
            kv_cache_dtypes=("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"))
-    change((0, 10, 1), "gpt-oss mxfp4 MoE", mxfp4=True)
+    change((0, 10, 1), "gpt-oss mxfp4 MoE; --mamba-cache-dtype, --mamba-ssm-cache-dtype", mxfp4=True,
+           mamba_dtype_options=True)
     change((0, 10, 2), "capture sizes step 16 above 256; --kv-cache-memory-bytes", capture_rule="v1_2seqs_16",
            kv_cache_memory_option=True)
     change((0, 11, 0), "V1 only; FULL_AND_PIECEWISE CUDA graphs", v0_available=False, full_graphs=True)
@@ -127,6 +132,8 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 12, 0), "FlashInfer sampler opt-in (PyTorch sort in the image too); block size 256; bfloat16 KV; "
            "no LoRA extra vocabulary", image_sampler=None, lora_extra_vocab=0, block_sizes=(1, 8, 16, 32, 64, 128, 256),
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"))
+    change((0, 13, 0), "Nemotron-H's SSM state: the config's mamba_ssm_cache_dtype, else float16",
+           nemotron_ssm_default="float16")
     change((0, 14, 0), "requested = ceil(total x util); the fused-MoE workspace is kept between steps",
            requested_ceil=True, moe_workspace_kept=True)
     # 0.15's MambaModelConfig: prefix caching on a hybrid sets mamba_cache_mode "all" (models that support
@@ -139,8 +146,9 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 19, 0), "float16 KV spelling",
            kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc",
                             "fp8_ds_mla"))
-    change((0, 20, 0), "utilization 0.92; CUDA-graph estimate subtracted from the budget",
-           default_utilization=0.92, cudagraphs_subtracted=True)
+    change((0, 20, 0), "utilization 0.92; CUDA-graph estimate subtracted from the budget; Nemotron-H's SSM "
+           "state float32 unless the config says", default_utilization=0.92, cudagraphs_subtracted=True,
+           nemotron_ssm_default="float32")
     change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len)", v1_tokens_rule="concurrency")
     change((0, 27, 0), "non-KV memory = drop in free memory + transient peak (same terms)", v1_budget="consumed")
     change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line",

@@ -55,6 +55,7 @@ class MambaGeometry:
     # Tokens per chunk of the SSD kernel (mamba_chunk_size or chunk_size); vLLM takes 2,048 for Mamba1, which
     # has none (ModelConfig.get_mamba_chunk_size). Prefix caching in mamba_cache_mode "all" aligns blocks to it.
     chunk_size: int = 2048
+    ssm_cache_dtype: str | None = None  # the config's mamba_ssm_cache_dtype, where it states one (Nemotron-3-Nano)
 
 
 @dataclass(frozen=True)
@@ -327,6 +328,8 @@ def _mamba(cfg: ConfigReader, model_type: str, hidden: int) -> MambaGeometry:
     """Mamba dimensions under each family's key names (Nemotron-H mamba_num_heads / ssm_state_size /
     n_groups / conv_kernel; Granite 4 mamba_n_heads / mamba_d_state / mamba_n_groups / mamba_d_conv)."""
     chunk = cfg.opt_int("mamba_chunk_size") or cfg.opt_int("chunk_size") or 2048
+    stated = cfg.opt_str("mamba_ssm_cache_dtype")
+    ssm_dtype = None if stated in (None, "auto") else stated
     if model_type == "jamba":
         return MambaGeometry(
             version=1,
@@ -334,6 +337,7 @@ def _mamba(cfg: ConfigReader, model_type: str, hidden: int) -> MambaGeometry:
             state_size=cfg.require_int("mamba_d_state"),
             conv_kernel=cfg.require_int("mamba_d_conv", minimum=2),
             chunk_size=chunk,
+            ssm_cache_dtype=ssm_dtype,
         )
     n_heads = cfg.require_int("mamba_num_heads", "mamba_n_heads")
     head_dim = cfg.require_int("mamba_head_dim", "mamba_d_head")
@@ -343,7 +347,7 @@ def _mamba(cfg: ConfigReader, model_type: str, hidden: int) -> MambaGeometry:
     # Granite 4 sizes the mixer as mamba_expand * hidden; Nemotron-H as heads * head_dim.
     inner = cfg.require_int("mamba_expand") * hidden if model_type == "granitemoehybrid" else n_heads * head_dim
     return MambaGeometry(2, inner, state, kernel, num_heads=n_heads, head_dim=head_dim, n_groups=n_groups,
-                         chunk_size=chunk)
+                         chunk_size=chunk, ssm_cache_dtype=ssm_dtype)
 
 
 def _linear_attention(cfg: ConfigReader) -> LinearAttentionGeometry:

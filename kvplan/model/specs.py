@@ -11,7 +11,7 @@ so hybrids fall out of the same code.
 from __future__ import annotations
 
 import math
-from dataclasses import field
+from dataclasses import field, replace
 from typing import ClassVar
 
 from kvplan.model.dtypes import KvDtype, weight_dtype_bytes
@@ -52,6 +52,11 @@ class LayerSpec:
     def state_tensors(self) -> tuple[StateTensor, ...]:
         """The tensors of that state, for an engine that stores them in its own dtypes (SGLang)."""
         return ()
+
+    def with_state_dtypes(self, conv: str, other: str) -> LayerSpec:
+        """This layer with its conv state in `conv` and its other state tensors in `other` (vLLM's
+        --mamba-cache-dtype / --mamba-ssm-cache-dtype); a layer without state is returned as is."""
+        return self
 
     @property
     def window_tokens(self) -> int | None:
@@ -200,6 +205,10 @@ class StateSpec(LayerSpec):
     @property
     def state_tensors(self) -> tuple[StateTensor, ...]:
         return self.tensors
+
+    def with_state_dtypes(self, conv: str, other: str) -> LayerSpec:
+        return replace(self, tensors=tuple(replace(t, dtype=conv if t.name == "conv" else other)
+                                           for t in self.tensors))
 
 
 @dataclass(frozen=True)
