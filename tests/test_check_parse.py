@@ -385,10 +385,21 @@ def test_deployment_error_is_a_kvplan_error() -> None:
     assert DeploymentError.exit_code == 2
 
 
+def _compose(tmp_path: Path, services: str) -> list:
+    """The deployments of a docker-compose file holding `services`; every one must read."""
+    path = tmp_path / "compose.yaml"
+    path.write_text("services:\n" + services)
+    requests, failures = load_requests([str(path)])
+    assert not failures
+    return requests
+
+
+def _ignored_flags(request) -> set[str]:
+    return {f.flag.lstrip("-") for f in request.ignored_flags}
+
+
 def test_vllm_mamba_dtype_flags_are_read_and_sglangs_is_named_ignored(tmp_path: Path) -> None:
-    path = tmp_path / "hybrid.yaml"
-    path.write_text("""
-services:
+    requests = _compose(tmp_path, """
   vllm:
     image: vllm/vllm-openai:v0.19.0
     command: ["--model", "Qwen/Qwen3-Next-80B-A3B-Thinking", "--tensor-parallel-size", "4",
@@ -398,9 +409,24 @@ services:
     command: ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-Next-80B-A3B-Thinking",
               "--tp", "4", "--mamba-ssm-dtype", "bfloat16"]
 """)
-    requests, failures = load_requests([str(path)])
     vllm, sglang = sorted(requests, key=lambda r: r.engine, reverse=True)
-    assert (vllm.engine, sglang.engine) == ("vllm", "sglang") and not failures
+    assert (vllm.engine, sglang.engine) == ("vllm", "sglang")
     assert (vllm.mamba_cache_dtype, vllm.mamba_ssm_cache_dtype) == ("bfloat16", "float32")
-    assert "mamba-ssm-cache-dtype" not in {f.flag.lstrip("-") for f in vllm.ignored_flags}
-    assert "mamba-ssm-dtype" in {f.flag.lstrip("-") for f in sglang.ignored_flags}
+    assert "mamba-ssm-cache-dtype" not in _ignored_flags(vllm) and "mamba-ssm-dtype" in _ignored_flags(sglang)
+
+
+def test_an_mtp_speculative_config_is_read_and_other_methods_stay_ignored(tmp_path: Path) -> None:
+    requests = _compose(tmp_path, """
+  mtp:
+    image: vllm/vllm-openai:v0.24.0
+    command: ["--model", "deepseek-ai/DeepSeek-V3", "--tensor-parallel-size", "8",
+              "--speculative-config", '{"method": "deepseek_mtp", "num_speculative_tokens": 2}']
+  eagle:
+    image: vllm/vllm-openai:v0.24.0
+    command: ["--model", "meta-llama/Llama-3.1-8B-Instruct",
+              "--speculative-config", '{"method": "eagle3", "model": "some/eagle", "num_speculative_tokens": 3}']
+""")
+    by_model = {r.model: r for r in requests}
+    mtp, eagle = by_model["deepseek-ai/DeepSeek-V3"], by_model["meta-llama/Llama-3.1-8B-Instruct"]
+    assert mtp.speculative == ("mtp", 2) and eagle.speculative is None
+    assert "speculative-config" not in _ignored_flags(mtp) and "speculative-config" in _ignored_flags(eagle)

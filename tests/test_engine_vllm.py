@@ -398,3 +398,45 @@ def test_mamba_ssm_cache_dtype_flag_sets_the_deltanet_state(runner, tmp_path):
     out = run_cli(runner, "estimate", "Qwen/Qwen3-Next-80B-A3B-Thinking", "--seq", "32768", "--gpu", "H200",
                   "--vllm-version", "0.19", "--mamba-ssm-cache-dtype", "float32", "--json")
     assert "blocks of 1056 per layer group" in " ".join(json.loads(out.stdout)["gpus"][0]["notes"])
+
+
+def test_mtp_draft_on_a_deltanet_hybrid():
+    # Qwen3.6-35B-A3B NVFP4 with --speculative-config '{"method": "mtp", "num_speculative_tokens": 3}' (vLLM
+    # 0.24, fp8 KV, 131,072 tokens, RTX 5090). The MTP block (mtp.* is excluded from the NVFP4 quantization,
+    # so bf16): 844,640,768 parameters x 2 B = 1,689,281,536 B more weights. Its attention layer joins the 10
+    # full-attention layers: groups of 11 (the 30 DeltaNet layers in 3 groups, padded to 33). Each DeltaNet conv
+    # state keeps 3 + 3 rows: 8,192 x 6 x 2 B = 98,304 B + the float32 recurrent 2,097,152 = 2,195,456 B, so
+    # the block is 16 x cdiv(2,195,456, 16 x 1,024) = 2,144 tokens. A request holds cdiv(131,072, 2,144) = 62
+    # attention blocks and 1 + 3 state pages in each of the 3 state groups: 74 (66 without MTP).
+    model = _model("nvidia/Qwen3.6-35B-A3B-NVFP4")
+    assert model.mtp is not None and model.mtp.num_params == 844_640_768
+    flags = dict(max_model_len=131072, kv_cache_dtype="fp8", version="0.24.0", max_num_seqs=1)
+    base = plan_vllm(model, VllmFlags(**flags), find_gpu("RTX-5090"))
+    mtp = plan_vllm(model, VllmFlags(**flags, speculative_method="mtp", num_speculative_tokens=3),
+                    find_gpu("RTX-5090"))
+    layout, memory = mtp.stages[0].layout, mtp.stages[0].memory
+    assert memory.draft_bytes == 1_689_281_536
+    assert memory.weights_bytes - base.stages[0].memory.weights_bytes == 1_689_281_536
+    assert {g.state_bytes for g in layout.groups if g.kind == "mamba"} == {2_195_456}
+    assert (layout.block_size, layout.group_size, mtp.blocks_per_request, base.blocks_per_request) == (
+        2144, 11, 74, 66)
+
+
+def test_mtp_draft_on_deepseek_v3_adds_an_mla_layer():
+    # DeepSeek-V3, tp 8, vLLM 0.19: the MTP layer caches an MLA latent like the model's 61 layers, so a block
+    # id spans 62 pages of 16 x (512 + 64) x 2 B = 18,432 B: 1,142,784 B (1,124,352 without).
+    model = _model("deepseek-ai/DeepSeek-V3")
+    flags = dict(max_model_len=32768, version="0.19", tensor_parallel_size=8)
+    base = plan_vllm(model, VllmFlags(**flags), find_gpu("H200")).stages[0].layout
+    mtp = plan_vllm(model, VllmFlags(**flags, speculative_method="mtp", num_speculative_tokens=1),
+                    find_gpu("H200")).stages[0].layout
+    assert (base.bytes_per_block, mtp.bytes_per_block) == (61 * 18_432, 62 * 18_432)
+
+
+def test_speculative_methods_kvplan_does_not_model_are_refused():
+    with pytest.raises(InputError, match='models the "mtp" method only'):
+        plan_vllm(_model("meta-llama/Llama-3.1-8B-Instruct"),
+                  VllmFlags(version="0.19", speculative_method="eagle", num_speculative_tokens=2), H100)
+    with pytest.raises(InputError, match="has no MTP block kvplan sizes"):
+        plan_vllm(_model("meta-llama/Llama-3.1-8B-Instruct"),
+                  VllmFlags(version="0.19", speculative_method="mtp", num_speculative_tokens=2), H100)

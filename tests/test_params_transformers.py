@@ -131,3 +131,21 @@ def test_qwen3_5_class_defaults_equal_transformers_and_ignore_deepstack(model_ty
     with torch.device("meta"):
         model = transformers.AutoModelForImageTextToText.from_config(cfg)
     assert spec.num_params == sum(p.numel() for p in model.parameters())
+
+
+def test_mtp_blocks_are_counted_apart_from_the_model() -> None:
+    # Transformers builds no MTP block, so these are by hand. DeepSeek-V3's (num_nextn_predict_layers 1): MLA
+    # q_a 7,168 x 1,536 + q_b 1,536 x 128 x 192 + kv_a 7,168 x 576 + kv_b 512 x 128 x 256 + o 16,384 x 7,168 =
+    # 187,105,280; 256 experts x 3 x 7,168 x 2,048 = 11,274,289,152; the shared expert 44,040,192; the router
+    # 1,835,008; eh_proj 2 x 7,168 x 7,168 = 102,760,448; norms 1,536 + 512 + 5 x 7,168 = 37,888.
+    v3 = parse_config(library.require("deepseek-ai/DeepSeek-V3").read_config(), name="v3", source="library")
+    assert v3.mtp is not None and v3.mtp.num_params == (187_105_280 + 11_274_289_152 + 44_040_192 + 1_835_008
+                                                       + 102_760_448 + 37_888) == 11_610_067_968
+    # Qwen3.6-27B's (mtp_num_hidden_layers 1): gated q 5,120 x 12,288, k and v 5,120 x 1,024 each, o 6,144 x
+    # 5,120 = 104,857,600; the MLP 3 x 5,120 x 17,408 = 267,386,880; fc 2 x 5,120 x 5,120 = 52,428,800; norms
+    # 2 x 256 + 2 x 5,120 + 3 x 5,120 = 26,112. The model's own count is unchanged by it.
+    entry = library.require("nvidia/Qwen3.6-27B-NVFP4")
+    q36 = parse_config(entry.read_config(), name="q36", source="library", hf_quant_config=entry.read_hf_quant_config())
+    assert q36.mtp is not None and q36.mtp.num_params == 424_699_392 and q36.num_params == 27_356_728_560
+    # Its hf_quant_config excludes mtp*: the block stays bf16.
+    assert not any(g.quantizable for g in q36.mtp.param_groups)

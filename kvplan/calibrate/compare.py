@@ -29,6 +29,7 @@ from kvplan.engines.release import CURRENT, parse_release
 from kvplan.engines.sglang import SglangOptions
 from kvplan.engines.vllm_engine import VllmOptions
 from kvplan.engines.vllm_lora import LoraSlots
+from kvplan.engines.vllm_speculative import speculative_options
 from kvplan.errors import FieldError, InputError, KvplanError
 from kvplan.hardware.gpus import GpuSpec, all_gpus, custom_gpu, find_gpu
 from kvplan.model.dtypes import normalize_weight_dtype
@@ -198,14 +199,29 @@ def _options(log: StartupLog, version: str | None, user_only: bool) -> tuple[Eng
         logged = log.get("utilization")
         util = logged.value if logged is not None else None
     caching = given("enable_prefix_caching")
+    notes = [note] if note else []
     options = VllmOptions(
         version=chosen, gpu_memory_utilization=util, block_size=given("block_size"), max_num_seqs=given("max_num_seqs"),
         max_num_batched_tokens=given("max_num_batched_tokens"),
         enable_prefix_caching=None if caching is None else bool(caching), install=s.install or "image",
         lora=LoraSlots(s.max_loras or 1, s.max_lora_rank or 16, bool(s.fully_sharded_loras)) if s.enable_lora else None,
         mamba_cache_dtype=s.mamba_cache_dtype or "auto", mamba_ssm_cache_dtype=s.mamba_ssm_cache_dtype or "auto",
+        **_mtp(s.speculative_config, notes),
     )
-    return _with_engine(options, s.vllm_engine), [note] if note else []
+    return _with_engine(options, s.vllm_engine), notes
+
+
+def _mtp(config: str | None, notes: list[str]) -> dict[str, Any]:
+    """The log's --speculative-config when it is MTP, which kvplan plans; another method is named in the notes."""
+    try:
+        options = speculative_options(config)
+    except KvplanError as exc:
+        notes.append(f"--speculative-config not read: {exc}")
+        return {}
+    if options and options["speculative_method"] != "mtp":
+        notes.append(f"speculative decoding ({options['speculative_method']}) is not counted: kvplan models MTP only")
+        return {}
+    return options
 
 
 def _with_engine(options: VllmOptions, logged: str | None) -> VllmOptions:

@@ -130,6 +130,7 @@ class LogSettings:
     max_loras: int | None = None
     mamba_cache_dtype: str | None = None
     mamba_ssm_cache_dtype: str | None = None
+    speculative_config: str | None = None  # vLLM's --speculative-config as printed (a dict's repr)
     max_lora_rank: int | None = None
     fully_sharded_loras: bool | None = None
     vllm_engine: str | None = None

@@ -154,11 +154,14 @@ _FLAG_FIELDS = {
     "fully_sharded_loras": ("fully_sharded_loras", bool),
     "mamba_cache_dtype": ("mamba_cache_dtype", str),
     "mamba_ssm_cache_dtype": ("mamba_ssm_cache_dtype", str),
+    "speculative_config": ("speculative_config", object),  # kept as printed: vllm_speculative reads it
 }
 _ABBREVIATED = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"}
 
 
 def _convert(kind: type, text: str) -> object | None:
+    if kind is object:
+        return text.strip() if text.strip() not in ("None", "null", "") else None
     text = text.strip().strip("'\"[]")
     if text in ("None", "null", ""):
         return None

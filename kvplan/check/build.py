@@ -15,7 +15,8 @@ from kvplan.check.flags import ParsedArgs, bool_word
 from kvplan.check.invocation import unexpanded
 from kvplan.check.model import DeploymentRequest, IgnoredFlag, Location, Unresolved
 from kvplan.check.templates import find_template, unmask
-from kvplan.errors import InputError
+from kvplan.engines.vllm_speculative import speculative_options
+from kvplan.errors import InputError, KvplanError
 from kvplan.hardware.gpus import find_gpu
 from kvplan.records import dataclass
 
@@ -299,6 +300,7 @@ def build_request(
             out.notes.append(f"TGI {engine_version} without --max-total-tokens serves min(model context, {cap})")
         else:
             out.notes.append("TGI 3 without --max-total-tokens sizes it from free memory (at most the model context)")
+    speculative = _speculative(parsed, out) if engine == "vllm" else None
     lora = None
     if engine == "vllm" and _switch(parsed, "enable-lora"):
         # vLLM's defaults: one adapter slot of rank 16. A value that cannot be read is already unresolved.
@@ -373,7 +375,8 @@ def build_request(
         if "mamba_ssm_cache_dtype" in names else None,
         engine_version=engine_version,
         gpu_memory_bytes=hardware.gpu_memory_bytes,
-        ignored_flags=_ignored(parsed),
+        speculative=speculative,
+        ignored_flags=_ignored(parsed, read=("speculative-config",) if speculative else ()),
         lines=tuple(sorted(lines.items())),
     )
 
@@ -398,12 +401,29 @@ def _major(version: str | None) -> int | None:
     return int(head) if head.isdigit() else None
 
 
-def _ignored(parsed: ParsedArgs) -> tuple[IgnoredFlag, ...]:
-    """The flags given that change memory in ways kvplan does not model (a switch set to false changes nothing)."""
+def _speculative(parsed: ParsedArgs, out: _Collect) -> tuple[str, int] | None:
+    """An MTP --speculative-config as (method, draft tokens); None without one, or for another method, which
+    stays listed as ignored. A value that is not vLLM's JSON is named in the notes."""
+    value = parsed.get("speculative-config")
+    if value is None:
+        return None
+    try:
+        options = speculative_options(value)
+    except KvplanError as exc:
+        out.notes.append(f"--speculative-config not read: {exc}")
+        return None
+    if options["speculative_method"] != "mtp":
+        return None
+    return options["speculative_method"], options["num_speculative_tokens"]
+
+
+def _ignored(parsed: ParsedArgs, read: tuple[str, ...] = ()) -> tuple[IgnoredFlag, ...]:
+    """The flags given that change memory in ways kvplan does not model (a switch set to false changes nothing);
+    `read`: flags of the table this deployment's value of which kvplan does plan (an MTP --speculative-config)."""
     table = _UNMODELLED[parsed.engine]
     found: dict[str, IgnoredFlag] = {}
     for (flag, value), line in zip(parsed.flags, parsed.flag_lines, strict=True):
-        if flag in table and bool_word(value) != "false":
+        if flag in table and flag not in read and bool_word(value) != "false":
             found[flag] = IgnoredFlag(flag, value, table[flag], line)
     return tuple(found.values())
 

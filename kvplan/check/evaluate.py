@@ -67,6 +67,8 @@ def _engine_options(req: DeploymentRequest, vllm_version: str) -> Any:
             lora=LoraSlots(*req.lora_slots) if req.lora_slots else None,
             mamba_cache_dtype=req.mamba_cache_dtype or "auto",
             mamba_ssm_cache_dtype=req.mamba_ssm_cache_dtype or "auto",
+            speculative_method=req.speculative[0] if req.speculative else None,
+            num_speculative_tokens=req.speculative[1] if req.speculative else 0,
         ),
         "sglang": lambda: SglangOptions(
             mem_fraction_static=req.gpu_memory_utilization,

@@ -100,6 +100,7 @@ class DeploymentRequest:
     lora_slots: tuple[int, int, bool] | None = None
     mamba_cache_dtype: str | None = None  # vLLM --mamba-cache-dtype (a hybrid's conv state)
     mamba_ssm_cache_dtype: str | None = None  # vLLM --mamba-ssm-cache-dtype (its SSM / recurrent state)
+    speculative: tuple[str, int] | None = None  # vLLM --speculative-config with method mtp: (method, tokens)
     engine_version: str | None = None  # from the image tag, e.g. "0.10.1" (vllm/vllm-openai:v0.10.1)
     # Hardware as resolved against the catalog (or --gpu-mem): the key and the memory the figures use.
     gpu_key: str | None = None

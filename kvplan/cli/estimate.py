@@ -15,6 +15,7 @@ from kvplan.cli import options as opt
 from kvplan.cli.flags import check_engine_flags, flag_error
 from kvplan.cli.output import Output
 from kvplan.cli.render import render_estimate
+from kvplan.engines.vllm_speculative import speculative_options
 from kvplan.errors import EXIT_DOES_NOT_FIT, EXIT_OK, FieldError, InputError
 from kvplan.units import GiB, parse_size
 
@@ -33,7 +34,7 @@ def _engine_options(engine: str, f: dict[str, Any]) -> Any:
             max_num_batched_tokens=f["max_num_batched_tokens"], enable_prefix_caching=f["enable_prefix_caching"],
             kv_cache_memory_bytes=_size(f["kv_cache_memory"], "--kv-cache-memory-bytes"),
             allow_long_max_model_len=f["allow_long"], lora=_lora(f), mamba_cache_dtype=f["mamba_cache_dtype"],
-            mamba_ssm_cache_dtype=f["mamba_ssm_cache_dtype"],
+            mamba_ssm_cache_dtype=f["mamba_ssm_cache_dtype"], **speculative_options(f["speculative_config"]),
         )),
         "sglang": ("sglang", "SglangOptions", lambda: dict(
             version=f["sglang_version"], mem_fraction_static=f["mem_fraction_static"], page_size=f["page_size"],
@@ -126,6 +127,7 @@ def estimate(
     allow_long: opt.AllowLong = None,
     mamba_cache_dtype: opt.MambaCacheDtype = None,
     mamba_ssm_cache_dtype: opt.MambaSsmCacheDtype = None,
+    speculative_config: opt.SpeculativeConfig = None,
     enable_lora: opt.EnableLora = None,
     max_loras: opt.MaxLoras = None,
     max_lora_rank: opt.MaxLoraRank = None,
@@ -166,6 +168,7 @@ def estimate(
             ("--max-num-batched-tokens", max_num_batched_tokens), ("--enable-prefix-caching", prefix_caching),
             ("--kv-cache-memory-bytes", kv_cache_memory), ("--allow-long-max-model-len", allow_long),
             ("--mamba-cache-dtype", mamba_cache_dtype), ("--mamba-ssm-cache-dtype", mamba_ssm_cache_dtype),
+            ("--speculative-config", speculative_config),
             ("--enable-lora", enable_lora), ("--max-loras", max_loras), ("--max-lora-rank", max_lora_rank),
             ("--mem-fraction-static", mem_fraction_static), ("--page-size", page_size),
             ("--max-running-requests", max_running_requests), ("--chunked-prefill-size", chunked_prefill_size),

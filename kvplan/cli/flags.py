@@ -48,6 +48,8 @@ FIELD_FLAGS: dict[str, str] = {
     "engine.allow_long_max_model_len": "--allow-long-max-model-len",
     "engine.mamba_cache_dtype": "--mamba-cache-dtype",
     "engine.mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
+    "engine.speculative_method": "--speculative-config",
+    "engine.num_speculative_tokens": "--speculative-config",
     "engine.max_loras": "--max-loras",
     "engine.max_lora_rank": "--max-lora-rank",
     "engine.mem_fraction_static": "--mem-fraction-static",

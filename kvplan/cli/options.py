@@ -195,6 +195,11 @@ MambaSsmCacheDtype = Annotated[
     typer.Option("--mamba-ssm-cache-dtype", help="Their SSM/recurrent state dtype (auto: the model's rule).",
                  rich_help_panel=VLLM),
 ]
+SpeculativeConfig = Annotated[
+    str | None,
+    typer.Option("--speculative-config", help='JSON, as vLLM takes it; "mtp" is modelled, e.g. '
+                 '\'{"method": "mtp", "num_speculative_tokens": 3}\'.', rich_help_panel=VLLM),
+]
 EnableLora = Annotated[
     bool | None,
     typer.Option("--enable-lora", help="LoRA slots take GPU memory (--max-loras, --max-lora-rank).",

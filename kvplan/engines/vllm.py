@@ -75,6 +75,9 @@ class VllmFlags:
     use_v1: bool | None = None  # VLLM_USE_V1; None: the release's default engine
     mamba_cache_dtype: str = "auto"  # --mamba-cache-dtype: the conv state's (auto: the served dtype)
     mamba_ssm_cache_dtype: str = "auto"  # --mamba-ssm-cache-dtype: the SSM / recurrent state's
+    # --speculative-config's method and num_speculative_tokens; kvplan models "mtp" (the checkpoint's own block)
+    speculative_method: str | None = None
+    num_speculative_tokens: int = 0
     usage: str = "serve"  # "serve" or "llm": the entry point's batch defaults
     install: str = "image"  # "image" or "wheel" (INSTALLS)
     enforce_eager: bool = False  # no CUDA graphs
@@ -108,6 +111,14 @@ class VllmFlags:
             if value != "auto" and not rules.mamba_dtype_options:
                 raise FieldError(f"engine.{name}", f"vLLM {self.version} has no --{name.replace('_', '-')} "
                                  "(0.10.1 and later)", value)
+        if self.speculative_method is not None:
+            if self.speculative_method != "mtp":
+                raise FieldError("engine.speculative_method", "kvplan models the \"mtp\" method only (the "
+                                 "checkpoint's own MTP block); a draft model or EAGLE head is not counted",
+                                 self.speculative_method)
+            if self.num_speculative_tokens < 1:
+                raise FieldError("engine.num_speculative_tokens", "must be >= 1 with a speculative method",
+                                 self.num_speculative_tokens)
         if self.usage not in USAGES:
             raise FieldError("engine.usage", f"must be one of {', '.join(USAGES)}", self.usage)
         if self.install not in INSTALLS:
@@ -142,6 +153,7 @@ class ResolvedFlags:
     lora: LoraSlots | None = None
     mamba_cache_dtype: str = "auto"
     mamba_ssm_cache_dtype: str = "auto"
+    num_speculative_tokens: int = 0  # MTP draft tokens a step (0: no speculative decoding)
 
 
 @dataclass(frozen=True)
@@ -338,7 +350,22 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         lora=flags.lora,
         mamba_cache_dtype=flags.mamba_cache_dtype,
         mamba_ssm_cache_dtype=flags.mamba_ssm_cache_dtype,
+        num_speculative_tokens=_draft_tokens(model, flags, engine),
     )
+
+
+def _draft_tokens(model: ModelSpec, flags: VllmFlags, engine: str) -> int:
+    """MTP's draft tokens a step; refused where the model has no MTP block kvplan sizes, and on V0."""
+    if flags.speculative_method is None:
+        return 0
+    if engine != "v1":
+        raise FieldError("engine.speculative_method", "kvplan models MTP in vLLM's V1 engine only",
+                         flags.speculative_method)
+    if model.mtp is None:
+        raise FieldError("engine.speculative_method", f"{model.name} has no MTP block kvplan sizes (its config "
+                         "states no num_nextn_predict_layers / mtp_num_hidden_layers, or the family is not "
+                         "modelled)", flags.speculative_method)
+    return flags.num_speculative_tokens
 
 
 def _has_state_cache(model: ModelSpec) -> bool:
@@ -374,17 +401,23 @@ def _vllm_state(spec: LayerSpec, model: ModelSpec, f: ResolvedFlags) -> LayerSpe
             ssm = (mamba.ssm_cache_dtype if mamba else None) or f.rules.nemotron_ssm_default
         elif spec.kind == LayerKind.LINEAR_ATTENTION:
             ssm = next(t.dtype for t in spec.state_tensors if t.name != "conv")
-    return spec.with_state_dtypes(conv, ssm)
+    spec = spec.with_state_dtypes(conv, ssm)
+    # MTP: a DeltaNet conv state keeps kernel - 1 + N rows (gated_delta_net_state_shape's num_spec).
+    return spec.with_conv_rows(f.num_speculative_tokens) if spec.kind == LayerKind.LINEAR_ATTENTION else spec
 
 
 def _stage_layout(model: ModelSpec, layers: range, f: ResolvedFlags, block_size_set: bool) -> KvCacheLayout:
     """One rank's KV layout. Without V1's hybrid manager (V0, V1 before 0.9.1) every attention layer caches
-    every token (a sliding window only masks), and state layers have no place in the block pool."""
+    every token (a sliding window only masks), and state layers have no place in the block pool. With MTP the
+    draft's attention layers join the last stage's cache (gpu_model_runner.get_kv_cache_spec)."""
     hybrid = f.engine == "v1" and f.rules.hybrid_groups
-    stage = tuple(_vllm_state(spec, model, f) for spec in model.layers[layers.start : layers.stop : layers.step])
+    specs = model.layers[layers.start : layers.stop : layers.step]
+    if f.num_speculative_tokens and model.mtp is not None and layers.stop == model.num_layers:
+        specs = specs + model.mtp.layers
+    stage = tuple(_vllm_state(spec, model, f) for spec in specs)
     chunk = model.geometry.mamba.chunk_size if model.geometry.mamba else 2048
     layout = _layout(stage, f.kv_cache_dtype, f.tp, hybrid, f.block_size, block_size_set, f.version, f.engine,
-                     mamba_cache_mode(model, f), chunk)
+                     mamba_cache_mode(model, f), chunk, f.num_speculative_tokens)
     if not f.rules.mla_latent and any(spec.kind == LayerKind.MLA for spec in stage):
         raise FieldError("engine.version", f"vLLM {f.version} cached MLA models' per-head K and V (the latent "
                          "cache came in 0.7.1); kvplan models the latent only", f.version)
@@ -393,7 +426,7 @@ def _stage_layout(model: ModelSpec, layers: range, f: ResolvedFlags, block_size_
 
 @functools.lru_cache(maxsize=1024)
 def _layout(stage: tuple[LayerSpec, ...], kv: KvDtype, tp: int, hybrid: bool, block_size: int,
-            block_size_set: bool, version: str, engine: str, mode: str, chunk: int) -> KvCacheLayout:
+            block_size_set: bool, version: str, engine: str, mode: str, chunk: int, draft: int) -> KvCacheLayout:
     """_stage_layout's layout, kept: `kvplan plan` lays out one model's stages for hundreds of candidate
     deployments that share a KV dtype, tp and block size (gemma-3-27b: 806 plans, 62 layers each)."""
     present = [s for s in (vllm_layer_spec(layer, kv, tp) for layer in stage) if s is not None]
@@ -405,7 +438,7 @@ def _layout(stage: tuple[LayerSpec, ...], kv: KvDtype, tp: int, hybrid: bool, bl
         present = [s if s.kind in ("full_attention", "mla") else VllmLayerSpec("full_attention", s.bytes_per_token)
                    for s in present]
     return kv_cache_layout(present, block_size, block_size_set=block_size_set, mamba_cache_mode=mode,
-                           mamba_chunk_tokens=chunk)
+                           mamba_chunk_tokens=chunk, draft_tokens=draft)
 
 
 def estimate_max_model_len(layout: KvCacheLayout, available_bytes: int, limit: int, batched: int) -> int:
@@ -500,6 +533,7 @@ def plan_vllm(
         encoder=encoder,
         checkpoint_bytes=checkpoint_bytes, split=flags.split, mxfp4_backend=mxfp4,
         lora=flags.lora, lora_extra_vocab=rules.lora_extra_vocab,
+        draft=model.mtp.param_groups if f.num_speculative_tokens and model.mtp is not None else (),
     )
     stage_layers = pp_stage_layers(model.num_layers, f.pp)
     modes = capture_sizes(rules, f.engine, gpu, max_num_seqs=f.max_num_seqs,

@@ -46,6 +46,8 @@ class VllmOptions:
     lora: LoraSlots | None = None  # --enable-lora: slots for --max-loras adapters of --max-lora-rank
     mamba_cache_dtype: str = "auto"  # --mamba-cache-dtype (Mamba / DeltaNet conv state)
     mamba_ssm_cache_dtype: str = "auto"  # --mamba-ssm-cache-dtype (their SSM / recurrent state)
+    speculative_method: str | None = None  # --speculative-config's method ("mtp" is modelled)
+    num_speculative_tokens: int = 0  # and its num_speculative_tokens
 
     @property
     def rules(self) -> VllmRules:
@@ -69,7 +71,8 @@ class VllmOptions:
             raise FieldError("engine.kv_cache_memory_bytes",
                              f"vLLM {self.version} has no --kv-cache-memory-bytes (0.10.2 and later)")
         VllmFlags(version=self.version, mamba_cache_dtype=self.mamba_cache_dtype,
-                  mamba_ssm_cache_dtype=self.mamba_ssm_cache_dtype).validate()
+                  mamba_ssm_cache_dtype=self.mamba_ssm_cache_dtype, speculative_method=self.speculative_method,
+                  num_speculative_tokens=self.num_speculative_tokens).validate()
 
 
 def tp_refusal(model: ModelSpec, tp: int) -> Refusal | None:
@@ -151,6 +154,8 @@ def _flags(d: Deployment, o: VllmOptions) -> VllmFlags:
         lora=o.lora,
         mamba_cache_dtype=o.mamba_cache_dtype,
         mamba_ssm_cache_dtype=o.mamba_ssm_cache_dtype,
+        speculative_method=o.speculative_method,
+        num_speculative_tokens=o.num_speculative_tokens,
     )
 
 
@@ -191,6 +196,11 @@ def _notes(d: Deployment, r: VllmReport) -> list[str]:
         out.append(
             f"vLLM raises the attention block to {layout.block_size} tokens so one page holds a Mamba state"
         )
+    if f.num_speculative_tokens:
+        out.append(f"MTP with {f.num_speculative_tokens} draft tokens: the draft's weights and its attention "
+                   "layers' cache are counted (and, in a DeltaNet hybrid, its longer conv state and "
+                   f"{f.num_speculative_tokens} more state pages a request); its profiling forward and its CUDA "
+                   "graphs are not")
     if layout.mamba_cache_mode == "align":
         out.append("prefix caching puts the state layers in mamba_cache_mode 'align': a request holds 2 state "
                    "pages per layer group, not 1")
@@ -234,6 +244,8 @@ def _terms(d: Deployment, r: VllmReport, m: StageMemory) -> list[MemoryTerm]:
     if m.lora_bytes and f.lora is not None:
         slots = f"{f.lora.max_loras} x rank {f.lora.max_lora_rank}"
         loaded += f", {m.lora_bytes / GiB:.2f} GiB of it LoRA slots ({slots})"
+    if m.draft_bytes:
+        loaded += f", {m.draft_bytes / GiB:.2f} GiB of it the MTP draft"
     peak = f"activation peak of the profiling run ({f.max_num_batched_tokens:,} tokens"
     peak += f", {min(f.max_num_seqs, f.max_num_batched_tokens):,} sampler rows)" if m.runs_sampler else ")"
     if m.encoder_bytes:

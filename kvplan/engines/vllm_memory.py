@@ -165,9 +165,10 @@ class WeightSplit:
     cpu_offload_bytes: int = 0
 
     def ranks_for(self, group: ParamGroup, tp: int) -> int:
-        if group.name == "attention" and self.attention_ranks:
+        name = group.name.removeprefix("mtp_")  # an MTP block's groups are cut as the model's
+        if name == "attention" and self.attention_ranks:
             return self.attention_ranks
-        if group.name == "experts" and self.expert_ranks:
+        if name == "experts" and self.expert_ranks:
             return self.expert_ranks
         return tp
 
@@ -189,6 +190,7 @@ class StageMemory:
     runs_sampler: bool
     encoder_bytes: int = 0  # the vision encoder's own peak, when it ran on this stage (part of the peak)
     lora_bytes: int = 0  # LoRA slots (vllm_lora), part of weights_bytes: vLLM counts them as loaded weights
+    draft_bytes: int = 0  # an MTP draft's own weights, part of weights_bytes (loaded with the model)
 
     @property
     def non_kv_bytes(self) -> int:
@@ -368,12 +370,17 @@ def stage_memory(
     mxfp4_backend: Mxfp4Backend | None = None,
     lora: LoraSlots | None = None,
     lora_extra_vocab: int = 0,
+    draft: tuple[ParamGroup, ...] = (),
 ) -> tuple[StageMemory, ...]:
     """Weights, activation peak and non-torch memory on a rank of each pipeline stage.
 
     The vision encoder runs on the first stage (it makes the input embeddings), the sampler on the last.
-    `lora`: LoRA slots, with the release's extra vocabulary rows (vllm_lora).
+    `lora`: LoRA slots, with the release's extra vocabulary rows (vllm_lora). `draft`: an MTP block's
+    parameter groups, loaded on the last stage beside the model (its embeddings and head are the model's).
     """
+    elem = weight_dtype_bytes(dtype)
+    quant = model.quant or (runtime_quant(quantization) if quantization else None)
+    draft_bytes = sum(_group_rank_bytes(g, quant, elem, model.vocab_size, split.ranks_for(g, tp)) for g in draft)
     stages = pp_stage_layers(model.num_layers, pp)
     weights = weights_per_stage(
         model, dtype=dtype, tp=tp, pp=pp, quantization=quantization, checkpoint_bytes=checkpoint_bytes, split=split,
@@ -387,11 +394,12 @@ def stage_memory(
             model, lora, layers=stage, tp=tp, elem=weight_dtype_bytes(dtype), first=i == 0, last=last,
             extra_vocab=lora_extra_vocab,
         )
+        drafted = draft_bytes if last else 0
         out.append(
             StageMemory(
                 stage=i,
                 layers=len(stage),
-                weights_bytes=w + slots,
+                weights_bytes=w + slots + drafted,
                 rotary_cache_bytes=rope,
                 activation_peak_bytes=activation_peak_bytes(
                     model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
@@ -403,6 +411,7 @@ def stage_memory(
                 runs_sampler=last,
                 encoder_bytes=0 if enc is None else enc.peak_bytes,
                 lora_bytes=slots,
+                draft_bytes=drafted,
             )
         )
     return tuple(out)

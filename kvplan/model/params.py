@@ -9,6 +9,7 @@ layer, which weights are packed and which stay at the model dtype.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from kvplan.model.config_reader import ConfigReader
 from kvplan.model.geometry import Geometry, LinearAttentionGeometry, MambaGeometry, MlaGeometry
@@ -132,6 +133,73 @@ def count_params(
     if vision is not None:
         VISION_TOWERS[model_type](c, vision, g.hidden_size)
     return c.groups()
+
+
+def count_mtp_params(
+    g: Geometry,
+    cfg: ConfigReader,
+    *,
+    text_type: str,
+    model_type: str,
+    excluded: Excluded | None = None,
+    formats: Formats | None = None,
+) -> tuple[ParamGroup, ...]:
+    """The MTP block's own parameters (none where the config has no such block or kvplan does not size it),
+    each group named mtp_*; the embeddings and LM head are the model's (vLLM shares them with pp = 1).
+
+    DeepSeek-V3 (vllm models/deepseek_mtp.py): per num_nextn_predict_layers, a decoder layer at index
+    num_hidden_layers (MLA + MoE, quantized as the model is), enorm and hnorm, eh_proj (2H -> H, a plain
+    unquantized nn.Linear on every rank) and shared_head's norm: 11,610,067,968 parameters. Qwen3.5
+    (qwen3_5_mtp.py): per mtp_num_hidden_layers, a full-attention decoder layer (gated q, q/k norms, the
+    model's MLP or MoE), fc (2H -> H), and norm, pre_fc_norm_hidden, pre_fc_norm_embedding.
+    """
+    c = _Counter(excluded or _never, "mtp", formats)
+    hidden = g.hidden_size
+    if text_type in _QWEN3_5_TYPES:
+        n = cfg.opt_int("mtp_num_hidden_layers", minimum=0) or 0
+        full = g.layers_of(LayerKind.FULL_ATTENTION)
+        if not n or not full:
+            return ()
+        blocks = list(range(n))
+        heads, head_dim, kv = g.num_attention_heads, g.head_dims[full[0]], g.kv_heads[full[0]]
+        p = "{p}.layers.{i}.self_attn"
+        c.linear("attention", p + ".q_proj", hidden, heads * head_dim * 2, layers=blocks)
+        c.linear("attention", p + ".k_proj", hidden, kv * head_dim, layers=blocks)
+        c.linear("attention", p + ".v_proj", hidden, kv * head_dim, layers=blocks)
+        c.linear("attention", p + ".o_proj", heads * head_dim, hidden, layers=blocks)
+        c.add("norms", n * (2 * head_dim + 2 * hidden) + 3 * hidden, tp="replicated")
+        c.linear("fc", "{p}.fc", 2 * hidden, hidden)
+        _mtp_mlp(c, g, cfg, "{p}.layers.{i}.mlp", blocks, shared=".shared_expert")
+    elif model_type in ("deepseek_v3", "kimi_k2") and g.mla is not None:
+        n = cfg.opt_int("num_nextn_predict_layers", minimum=0) or 0
+        if not n:
+            return ()
+        c.prefix = "model"  # the block is the checkpoint's layer num_hidden_layers
+        blocks = [g.num_layers + k for k in range(n)]
+        _mla_attention(c, g, g.mla, cfg.flag("attention_bias", False), blocks)
+        # two layer norms, enorm and hnorm, shared_head.norm
+        c.add("norms", n * 5 * hidden, tp="replicated")
+        c.add("eh_proj", n * 2 * hidden * hidden, tp="replicated")
+        _mtp_mlp(c, g, cfg, "{p}.layers.{i}.mlp", blocks, shared=".shared_experts")
+    else:
+        return ()
+    return tuple(replace(group, name="mtp_" + group.name) for group in c.groups())
+
+
+def _mtp_mlp(c: _Counter, g: Geometry, cfg: ConfigReader, module: str, blocks: list[int], shared: str) -> None:
+    """The MTP block's MLP: the routed experts, shared expert(s) and router of an MoE model, else the dense MLP."""
+    hidden, moe = g.hidden_size, g.moe
+    if moe is None:
+        _gated_mlp(c, "mlp", module, hidden, max(_widths(g, cfg)), blocks, False)
+        return
+    _gated_mlp(c, "experts", module + ".experts", hidden, moe.expert_intermediate_size, blocks, False,
+               per_layer=moe.num_experts)
+    c.add("router", len(blocks) * hidden * moe.num_experts, tp="replicated")
+    width = moe.shared_experts * moe.expert_intermediate_size or moe.shared_expert_intermediate_size or 0
+    if width:
+        _gated_mlp(c, "shared_experts", module + shared, hidden, width, blocks, False)
+    if moe.shared_expert_intermediate_size and not moe.shared_experts:
+        c.add("router", len(blocks) * hidden, tp="replicated")  # Qwen's shared_expert_gate
 
 
 # Multimodal checkpoints whose text decoder sits at `model.layers` (Qwen2.5-VL keeps `visual.*` beside it).

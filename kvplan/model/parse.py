@@ -30,7 +30,9 @@ from kvplan.model.specs import (
     MambaSpec,
     MLASpec,
     ModelSpec,
+    MtpSpec,
     NoCacheSpec,
+    QuantSpec,
     SharedKVSpec,
     SlidingWindowSpec,
     StateTensor,
@@ -216,7 +218,23 @@ def parse_config(
         param_groups=groups,
         quant=quant,
         notes=tuple(notes),
+        mtp=_mtp(geometry, cfg, layers, str(text_type), model_type, quant),
     )
+
+
+def _mtp(g: Geometry, cfg: ConfigReader, layers: tuple[LayerSpec, ...], text_type: str, model_type: str,
+         quant: QuantSpec | None) -> MtpSpec | None:
+    """The MTP block, where the config has one kvplan sizes: each block caches as the model's attention layers
+    do (a full-attention layer's spec for Qwen3.5, the MLA spec for DeepSeek-V3)."""
+    groups = params_mod.count_mtp_params(
+        g, cfg, text_type=text_type, model_type=model_type, excluded=quant_mod.exclusion_predicate(quant),
+        formats=quant_mod.module_formats(quant) if quant is not None and quant.per_module else None,
+    )
+    attention = [spec for spec in layers if spec.kind in (LayerKind.FULL_ATTENTION, LayerKind.MLA)]
+    if not groups or not attention:
+        return None
+    blocks = cfg.opt_int("mtp_num_hidden_layers", minimum=0) or cfg.opt_int("num_nextn_predict_layers", minimum=0)
+    return MtpSpec(layers=(attention[-1],) * (blocks or 0), param_groups=groups)
 
 
 def _vision_cfg(raw: dict, source: str, notes: list[str]) -> ConfigReader | None:

@@ -58,6 +58,10 @@ class LayerSpec:
         --mamba-cache-dtype / --mamba-ssm-cache-dtype); a layer without state is returned as is."""
         return self
 
+    def with_conv_rows(self, extra: int) -> LayerSpec:
+        """This layer with `extra` more rows in its conv state (speculative decoding's draft tokens)."""
+        return self
+
     @property
     def window_tokens(self) -> int | None:
         """The most tokens a request keeps however long it runs (a window or chunk); None if unbounded."""
@@ -210,6 +214,12 @@ class StateSpec(LayerSpec):
         return replace(self, tensors=tuple(replace(t, dtype=conv if t.name == "conv" else other)
                                            for t in self.tensors))
 
+    def with_conv_rows(self, extra: int) -> LayerSpec:
+        if not extra:
+            return self
+        return replace(self, tensors=tuple(replace(t, shape=(*t.shape[:-1], t.shape[-1] + extra))
+                                           if t.name == "conv" else t for t in self.tensors))
+
 
 @dataclass(frozen=True)
 class MambaSpec(StateSpec):
@@ -278,6 +288,21 @@ class ParamGroup:
 
 
 @dataclass(frozen=True)
+class MtpSpec:
+    """The multi-token-prediction block a checkpoint stores beside the model (DeepSeek-V3's
+    num_nextn_predict_layers, Qwen3.5's mtp_num_hidden_layers). Serving loads it only as the draft of MTP
+    speculative decoding: its weights (the embeddings and head are the model's own) and one attention
+    layer's cache per block."""
+
+    layers: tuple[LayerSpec, ...]  # each block's cache, the spec of the model's own attention layer
+    param_groups: tuple[ParamGroup, ...]
+
+    @property
+    def num_params(self) -> int:
+        return sum(g.params for g in self.param_groups)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """Everything kvplan knows about a model, parsed once from its config. Pure data.
 
@@ -297,6 +322,7 @@ class ModelSpec:
     param_groups: tuple[ParamGroup, ...] = ()
     quant: QuantSpec | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    mtp: MtpSpec | None = None  # not in param_groups: loaded only for MTP speculative decoding
 
     @property
     def hidden_size(self) -> int:
