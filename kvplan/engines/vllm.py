@@ -258,6 +258,9 @@ class VllmReport:
                 "dtype": f.dtype,
                 "enable_prefix_caching": f.enable_prefix_caching,
                 "kv_cache_memory_bytes": f.kv_cache_memory_bytes,
+                "mamba_cache_dtype": f.mamba_cache_dtype,
+                "mamba_ssm_cache_dtype": f.mamba_ssm_cache_dtype,
+                "num_speculative_tokens": f.num_speculative_tokens,
             },
             "total_memory_bytes": self.total_memory_bytes,
             "requested_bytes": self.requested_bytes,
@@ -269,6 +272,8 @@ class VllmReport:
                     "stage": s.memory.stage,
                     "layers": s.memory.layers,
                     "weights_bytes": s.memory.weights_bytes,
+                    "lora_bytes": s.memory.lora_bytes,
+                    "draft_bytes": s.memory.draft_bytes,
                     "rotary_cache_bytes": s.memory.rotary_cache_bytes,
                     "activation_peak_bytes": s.memory.activation_peak_bytes,
                     "encoder_peak_bytes": s.memory.encoder_bytes,
@@ -278,6 +283,7 @@ class VllmReport:
                         {"kind": g.kind, "layers": g.layers, "window_tokens": g.window_tokens}
                         for g in s.layout.groups
                     ],
+                    "mamba_cache_mode": s.layout.mamba_cache_mode,
                     "group_size": s.layout.group_size,
                     "page_bytes": s.layout.page_bytes,
                     "bytes_per_block": s.layout.bytes_per_block,

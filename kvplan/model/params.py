@@ -143,9 +143,9 @@ def count_mtp_params(
     model_type: str,
     excluded: Excluded | None = None,
     formats: Formats | None = None,
-) -> tuple[ParamGroup, ...]:
-    """The MTP block's own parameters (none where the config has no such block or kvplan does not size it),
-    each group named mtp_*; the embeddings and LM head are the model's (vLLM shares them with pp = 1).
+) -> tuple[int, tuple[ParamGroup, ...]]:
+    """The MTP blocks and their own parameters ((0, ()) where the config has no such block or kvplan does not
+    size it), each group named mtp_*; the embeddings and LM head are the model's (vLLM shares them, pp = 1).
 
     DeepSeek-V3 (vllm models/deepseek_mtp.py): per num_nextn_predict_layers, a decoder layer at index
     num_hidden_layers (MLA + MoE, quantized as the model is), enorm and hnorm, eh_proj (2H -> H, a plain
@@ -159,7 +159,7 @@ def count_mtp_params(
         n = cfg.opt_int("mtp_num_hidden_layers", minimum=0) or 0
         full = g.layers_of(LayerKind.FULL_ATTENTION)
         if not n or not full:
-            return ()
+            return 0, ()
         blocks = list(range(n))
         heads, head_dim, kv = g.num_attention_heads, g.head_dims[full[0]], g.kv_heads[full[0]]
         p = "{p}.layers.{i}.self_attn"
@@ -173,7 +173,7 @@ def count_mtp_params(
     elif model_type in ("deepseek_v3", "kimi_k2") and g.mla is not None:
         n = cfg.opt_int("num_nextn_predict_layers", minimum=0) or 0
         if not n:
-            return ()
+            return 0, ()
         c.prefix = "model"  # the block is the checkpoint's layer num_hidden_layers
         blocks = [g.num_layers + k for k in range(n)]
         _mla_attention(c, g, g.mla, cfg.flag("attention_bias", False), blocks)
@@ -182,8 +182,8 @@ def count_mtp_params(
         c.add("eh_proj", n * 2 * hidden * hidden, tp="replicated")
         _mtp_mlp(c, g, cfg, "{p}.layers.{i}.mlp", blocks, shared=".shared_experts")
     else:
-        return ()
-    return tuple(replace(group, name="mtp_" + group.name) for group in c.groups())
+        return 0, ()
+    return n, tuple(replace(group, name="mtp_" + group.name) for group in c.groups())
 
 
 def _mtp_mlp(c: _Counter, g: Geometry, cfg: ConfigReader, module: str, blocks: list[int], shared: str) -> None:

@@ -226,15 +226,14 @@ def _mtp(g: Geometry, cfg: ConfigReader, layers: tuple[LayerSpec, ...], text_typ
          quant: QuantSpec | None) -> MtpSpec | None:
     """The MTP block, where the config has one kvplan sizes: each block caches as the model's attention layers
     do (a full-attention layer's spec for Qwen3.5, the MLA spec for DeepSeek-V3)."""
-    groups = params_mod.count_mtp_params(
+    blocks, groups = params_mod.count_mtp_params(
         g, cfg, text_type=text_type, model_type=model_type, excluded=quant_mod.exclusion_predicate(quant),
         formats=quant_mod.module_formats(quant) if quant is not None and quant.per_module else None,
     )
     attention = [spec for spec in layers if spec.kind in (LayerKind.FULL_ATTENTION, LayerKind.MLA)]
-    if not groups or not attention:
+    if not blocks or not attention:
         return None
-    blocks = cfg.opt_int("mtp_num_hidden_layers", minimum=0) or cfg.opt_int("num_nextn_predict_layers", minimum=0)
-    return MtpSpec(layers=(attention[-1],) * (blocks or 0), param_groups=groups)
+    return MtpSpec(layers=(attention[-1],) * blocks, param_groups=groups)
 
 
 def _vision_cfg(raw: dict, source: str, notes: list[str]) -> ConfigReader | None:
