@@ -56,6 +56,9 @@ _ARGS_RE = re.compile(r"non-default args: (\{.*\})")
 _PAIR_RE = re.compile(r"'(\w+)': ('[^']*'|[\w.]+)")
 _RELEASE_RE = re.compile(r"\d+\.\d+(?:\.\d+)?")
 _UNSLOTH_RE = re.compile(r"Chunked prefill tokens = (\d+)\. Num Sequences = (\d+)")
+# The step vLLM's scheduler settled on; it outranks a wrapper's banner (in the Qwen2.5-VL notebooks Unsloth
+# prints 2,048 and vLLM's scheduler 16,384).
+_CHUNKED_RE = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
 _UNSLOTH_UTIL_RE = re.compile(r"actual GPU utilization = ([0-9.]+)%")
 _GRAPH_RE = re.compile(r"and ([0-9.]+) GiB for CUDAGraph memory")
 _ENGINE_CFG = {
@@ -213,6 +216,9 @@ def _vllm_flags(row: dict, release: str, model: ModelSpec) -> tuple[VllmFlags, d
     given.update(_logged_args(row))
     cfg = _engine_cfg(row)
     raw = _raw(row)
+    m = _CHUNKED_RE.search(raw)
+    if m and "max_num_batched_tokens" not in given:
+        given["max_num_batched_tokens"] = int(m.group(1))
     m = _UNSLOTH_RE.search(raw)
     if m:  # Unsloth passes its own step and sequence count to vLLM
         given.setdefault("max_num_batched_tokens", int(m.group(1)))

@@ -17,7 +17,7 @@ from kvplan.engines.sglang import (
     plan_sglang,
 )
 from kvplan.engines.sglang_releases import release_of, rules_for
-from kvplan.engines.vllm_memory import CONTEXT_BYTES, weights_per_stage
+from kvplan.engines.vllm_memory import CONTEXT_BYTES, cuda_context_bytes, weights_per_stage
 from kvplan.errors import FieldError
 from kvplan.hardware.gpus import custom_gpu, find_gpu
 from kvplan.planner.verdict import plan
@@ -238,7 +238,7 @@ def test_profile_replaces_total_context_and_weights():
     # Another tp: the weights and the memory in use before loading are not this box's any more.
     other = Deployment(**{**base.__dict__, "profile": profile, "parallelism": Parallelism(tp=2)})
     r2 = plan_sglang(other)
-    assert r2.free_before_load_bytes == L4 - CONTEXT_BYTES
+    assert r2.free_before_load_bytes == L4 - cuda_context_bytes("L4")
     assert any("tp 4" in n for n in r2.notes)
 
 

@@ -10,7 +10,14 @@ import pytest
 from kvplan.engines.vllm import VllmFlags, plan_vllm
 from kvplan.engines.vllm_encoder import encoder_profile, v0_encoder_profile
 from kvplan.engines.vllm_graphs import capture_sizes
-from kvplan.engines.vllm_memory import non_torch_class
+from kvplan.engines.vllm_memory import (
+    CONTEXT_BYTES,
+    CONTEXT_FIXED_BYTES,
+    NON_TORCH,
+    cuda_context_bytes,
+    non_torch_class,
+    non_torch_for,
+)
 from kvplan.engines.vllm_mxfp4 import FLASHINFER_TRTLLM, MARLIN, TRITON, backend_for, expert_bytes_per_rank
 from kvplan.engines.vllm_versions import rules_for
 from kvplan.hardware.gpus import find_gpu
@@ -258,6 +265,25 @@ def test_single_gpu_non_torch_growth_follows_the_architecture():
     m = _model("meta-llama/Llama-3.1-8B-Instruct")
     t4 = plan_vllm(m, VllmFlags(max_model_len=4096, version="0.8.5", use_v1=False, dtype="float16"), find_gpu("T4"))
     assert t4.stages[0].memory.non_torch_bytes == round(0.04 * GiB) == 42_949_673
+
+
+def test_cuda_context_follows_the_cards_resident_threads():
+    # Context = H100's 0.51 GiB less its local memory (132 SMs x 2,048 threads x 1 KiB = 276,824,064 B), plus
+    # this card's: 547,608,330 - 276,824,064 = 270,784,266 B fixed.
+    assert CONTEXT_FIXED_BYTES == 270_784_266
+    assert cuda_context_bytes("H100-80GB") == CONTEXT_BYTES == 547_608_330
+    assert cuda_context_bytes("RTX-3090") == 270_784_266 + 82 * 1536 * 1024 == 399_759_114
+    assert cuda_context_bytes("T4") == 270_784_266 + 40 * 1024 * 1024 == 312_727_306
+    assert cuda_context_bytes("MI300X") == CONTEXT_BYTES  # SMs unknown: H100's figure
+    # Held-out checks, not fitted: vLLM 0.10.2 on an RTX 4090 found 23.21 of 23.65 GiB free at start-up
+    # (benchmarks/logs/vllm-nontorch-fit.jsonl, memoryawarerlhf): 0.44 GiB in use, and 270,784,266 +
+    # 128 x 1,536 x 1 KiB = 472,110,858 B = 0.4397 GiB. vLLM 0.6.4 on an RTX 3090 printed non_torch_memory
+    # 0.35 GiB (context and growth; vllm-project/vllm#10517): 399,759,114 + 0.04 GiB = 0.41 GiB, where H100's
+    # context alone would give 0.55 GiB.
+    assert round(cuda_context_bytes("RTX-4090") / GiB, 2) == 0.44
+    rtx3090 = non_torch_for("RTX-3090", 1, 1)
+    assert round((rtx3090.context_bytes + rtx3090.growth_bytes) / GiB, 2) == 0.41
+    assert non_torch_for("RTX-3090", 2, 1).growth_bytes == NON_TORCH["other_tp"].growth_bytes
 
 
 def test_vllm_runtime_bitsandbytes_is_4bit_not_tgis_int8():

@@ -8,7 +8,18 @@ import re
 import pytest
 
 from kvplan.errors import InputError
-from kvplan.hardware.gpus import COMMON_GPUS, COMPUTE_CAPABILITY, MEMORY_KINDS, GpuSpec, all_gpus, custom_gpu, find_gpu
+from kvplan.hardware.gpus import (
+    COMMON_GPUS,
+    COMPUTE_CAPABILITY,
+    MEMORY_KINDS,
+    SM_COUNT,
+    THREADS_PER_SM,
+    GpuSpec,
+    all_gpus,
+    custom_gpu,
+    find_gpu,
+    resident_threads,
+)
 from kvplan.units import GiB, MiB
 
 
@@ -200,6 +211,10 @@ def test_every_nvidia_card_has_a_compute_capability_and_no_other_key_does():
     nvidia = {g.key for g in all_gpus() if g.vendor == "nvidia"}
     assert set(COMPUTE_CAPABILITY) == nvidia and nvidia < keys
     assert COMPUTE_CAPABILITY["T4"] == (7, 5) and COMPUTE_CAPABILITY["H200"] == (9, 0)
+    # The CUDA context's local memory needs every NVIDIA card's SMs and its capability's resident threads.
+    assert set(SM_COUNT) == nvidia and set(COMPUTE_CAPABILITY.values()) <= set(THREADS_PER_SM)
+    assert resident_threads("H100-80GB") == 132 * 2048 and resident_threads("L4") == 58 * 1536
+    assert resident_threads("MI300X") is None and resident_threads(custom_gpu(GiB).key) is None
 
 
 def test_common_gpus_are_catalogue_keys():

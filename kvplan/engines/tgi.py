@@ -17,7 +17,7 @@ from typing import ClassVar
 from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.engines.base import Calibration, EngineAccount, Knobs, MemoryTerm, check_counts
 from kvplan.engines.generic import paged_account, rank_weights_bytes
-from kvplan.engines.vllm_memory import NON_TORCH, activation_peak_bytes, non_torch_class
+from kvplan.engines.vllm_memory import activation_peak_bytes, non_torch_for
 from kvplan.errors import FieldError
 from kvplan.model.dtypes import serving_dtype
 from kvplan.records import dataclass
@@ -93,7 +93,7 @@ class TgiEngine:
         activation = activation_peak_bytes(d.model, dtype=dtype, tp=p.tp, runs_sampler=False, max_num_seqs=1,
                                            max_num_batched_tokens=o.max_batch_prefill_tokens)
         # TGI measures free memory after everything has started: the CUDA context and NCCL count in full.
-        non_torch = NON_TORCH[non_torch_class(d.gpu.key, p.tp, p.pp)].charged(with_context=True)
+        non_torch = non_torch_for(d.gpu.key, p.tp, p.pp).charged(with_context=True)
         free = total - non_torch - weights - activation - round((1 - o.cuda_memory_fraction) * total)
         budget = int(max(0, free) * TGI_WIGGLE_ROOM)
         terms = (

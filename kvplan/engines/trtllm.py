@@ -26,7 +26,7 @@ from kvplan.capacity.kv import pp_stage_layers
 from kvplan.engines.base import Calibration, EngineAccount, Knobs, KvPool, MemoryTerm, Refusal, check_counts
 from kvplan.engines.box import BoxTerms, box_terms
 from kvplan.engines.release import CURRENT
-from kvplan.engines.vllm_memory import NON_TORCH, WeightSplit, activation_peak_bytes, non_torch_class, weights_per_stage
+from kvplan.engines.vllm_memory import WeightSplit, activation_peak_bytes, non_torch_for, weights_per_stage
 from kvplan.errors import FieldError
 from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import LayerKind, ModelSpec
@@ -128,7 +128,7 @@ def _stages(d: Deployment, o: TrtllmOptions) -> tuple[tuple[TrtllmStage, ...], B
                                 checkpoint_bytes=d.weights.checkpoint_bytes,
                                 split=WeightSplit(cpu_offload_bytes=d.weights.cpu_offload_bytes))
     layers = pp_stage_layers(model.num_layers, p.pp)
-    outside = NON_TORCH[non_torch_class(d.gpu.key, p.tp, p.pp)].charged(with_context=True) + CUDA_GRAPH_BYTES
+    outside = non_torch_for(d.gpu.key, p.tp, p.pp).charged(with_context=True) + CUDA_GRAPH_BYTES
     if box.non_torch_bytes is not None:
         outside = box.non_torch_bytes + (box.cuda_graph_bytes or 0)
     out = []

@@ -25,11 +25,10 @@ from kvplan.engines.vllm_log import log_lines
 from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.engines.vllm_memory import (
     NO_SPLIT,
-    NON_TORCH,
     StageMemory,
     WeightSplit,
     activation_peak_bytes,
-    non_torch_class,
+    non_torch_for,
     num_experts,
     stage_memory,
 )
@@ -518,7 +517,7 @@ def plan_vllm(
     f = resolve_flags(model, flags, gpu)
     rules = f.rules
     total = gpu.total_memory_bytes
-    non_torch = NON_TORCH[non_torch_class(gpu.key, f.tp, f.pp)]
+    non_torch = non_torch_for(gpu.key, f.tp, f.pp)
     charge_context = rules.charges_context(f.engine)
     dtype_bytes = weight_dtype_bytes(f.dtype)
     if f.engine == "v0":

@@ -11,13 +11,14 @@ the sampler over max_num_seqs rows (and, for multimodal models, the vision encod
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.capacity.weights import runtime_quant
 from kvplan.engines.vllm_encoder import EncoderProfile
 from kvplan.engines.vllm_lora import LoraSlots, lora_slot_bytes
 from kvplan.engines.vllm_mxfp4 import Mxfp4Backend, expert_bytes_per_rank
-from kvplan.hardware.gpus import COMPUTE_CAPABILITY
+from kvplan.hardware.gpus import COMPUTE_CAPABILITY, resident_threads
 from kvplan.model.dtypes import serving_dtype, weight_dtype_bytes
 from kvplan.model.quant import group_weight_bytes
 from kvplan.model.specs import ModelSpec, ParamGroup, QuantSpec
@@ -124,7 +125,16 @@ class NonTorch:
 # 0.02, 0.04, 0.10 and 0.16 GiB (RTX 4080, RTX 4090, RTX 2060, A100-40GB, L40S; V0 0.6.5-0.8 and V1 0.10.2):
 # their median, 0.04 GiB (`python benchmarks/vllm_accuracy.py --fit` prints it). That file holds no T4 or
 # RTX 3090 log, the held-out set's own pre-Hopper cards.
-CONTEXT_BYTES = round(0.51 * GiB)
+#
+# The context itself differs by card. CUDA reserves local memory for every thread the card can hold
+# resident, at the per-thread stack (cudaLimitStackSize, 1 KiB by default): SMs x threads per SM x 1 KiB
+# (docs/engine-rules.md 1.7). The rest of the context (driver, runtime, torch's start-up kernels) is taken as
+# the same on every card: H100's 0.51 GiB less its 132 x 2,048 x 1 KiB = 264 MiB. An RTX 3090 (82 x 1,536)
+# then holds 0.252 + 0.120 = 0.372 GiB; vLLM 0.6.4 printed 0.35 GiB of context plus growth on one
+# (vllm-project/vllm#10517, held out).
+CONTEXT_BYTES = round(0.51 * GiB)  # H100 (and H200: 552,402,944 B outside torch after init, cuda_facts.json)
+STACK_BYTES_PER_THREAD = 1024
+CONTEXT_FIXED_BYTES = CONTEXT_BYTES - 132 * 2048 * STACK_BYTES_PER_THREAD
 NVLS_GPUS = ("H100-80GB", "H200", "H20", "GH200", "B200", "GB200", "B300")
 HOPPER = (9, 0)
 NON_TORCH = {
@@ -135,6 +145,18 @@ NON_TORCH = {
     "nvls_tp4": NonTorch(CONTEXT_BYTES, round(1.02 * GiB), round(2.17 * GiB)),
     "other_tp": NonTorch(CONTEXT_BYTES, 0, round(0.30 * GiB)),
 }
+
+
+def cuda_context_bytes(gpu_key: str) -> int:
+    """The CUDA context on one card: the fixed part plus local memory for every resident thread; H100's
+    figure where the card's SMs are unknown (AMD, --gpu-mem). T4: 0.252 GiB + 40 x 1,024 x 1 KiB = 0.291 GiB."""
+    threads = resident_threads(gpu_key)
+    return CONTEXT_BYTES if threads is None else CONTEXT_FIXED_BYTES + threads * STACK_BYTES_PER_THREAD
+
+
+def non_torch_for(gpu_key: str, tp: int, pp: int) -> NonTorch:
+    """The NON_TORCH row for this GPU and parallelism, with this card's own CUDA context."""
+    return replace(NON_TORCH[non_torch_class(gpu_key, tp, pp)], context_bytes=cuda_context_bytes(gpu_key))
 
 
 def non_torch_class(gpu_key: str, tp: int, pp: int) -> str:

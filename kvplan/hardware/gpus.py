@@ -353,6 +353,36 @@ COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {
     **dict.fromkeys(("RTX-5090", "RTX-PRO-6000"), (12, 0)),
 }
 
+# Streaming multiprocessors of each NVIDIA card (NVIDIA's datasheets and architecture whitepapers), and the
+# threads one SM holds resident by compute capability (the CUDA C++ Programming Guide's "maximum number of
+# resident threads per SM"). The CUDA context reserves local memory for every resident thread at once, so its
+# size follows SMs x threads (kvplan.engines.vllm_memory.cuda_context_bytes).
+SM_COUNT: dict[str, int] = {
+    **dict.fromkeys(("V100-16GB", "V100-32GB"), 80),
+    "T4": 40,
+    **dict.fromkeys(("A100-80GB", "A100-80GB-PCIE", "A100-40GB", "A100-40GB-PCIE", "A800-80GB", "A800-80GB-PCIE"),
+                    108),
+    "A30": 56, "A10G": 80, "A10": 72, "A40": 84, "RTX-3090": 82, "RTX-A6000": 84,
+    "L4": 58, "L40": 142, "L40S": 142, "L20": 92, "RTX-4090": 128, "RTX-6000-ADA": 142,
+    **dict.fromkeys(("H100-80GB", "H100-NVL", "H200", "GH200-96GB", "GH200-144GB", "H800"), 132),
+    "H100-PCIE": 114, "H20": 78,
+    "B200": 148, "RTX-5090": 170, "RTX-PRO-6000": 188,
+}
+THREADS_PER_SM: dict[tuple[int, int], int] = {
+    (7, 0): 2048, (7, 5): 1024, (8, 0): 2048, (8, 6): 1536, (8, 9): 1536, (9, 0): 2048, (10, 0): 2048,
+    (12, 0): 1536,
+}
+
+
+def resident_threads(gpu_key: str) -> int | None:
+    """Threads the whole card holds resident (SMs x threads per SM); None where kvplan does not know them
+    (AMD, a card typed with --gpu-mem). RTX 3090: 82 x 1,536 = 125,952."""
+    sms, capability = SM_COUNT.get(gpu_key), COMPUTE_CAPABILITY.get(gpu_key)
+    if sms is None or capability is None:
+        return None
+    return sms * THREADS_PER_SM[capability]
+
+
 # Compared side by side when the user names no GPU.
 COMMON_GPUS: tuple[str, ...] = (
     "L4", "A10G", "L40S", "A100-40GB", "A100-80GB", "H100-80GB", "H200", "B200", "MI300X",
