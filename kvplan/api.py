@@ -60,6 +60,7 @@ class GpuChoice:
     names: tuple[str, ...] = ()
     memory_bytes: int | None = None
     num_gpus: int | None = None  # GPUs in all: beyond one instance's share they become replicas
+    in_use_bytes: int = 0  # memory other processes already hold on each GPU (--gpu-memory-in-use)
 
     def gpus(self) -> tuple[list[GpuSpec], bool]:
         if self.names and self.memory_bytes is not None:
@@ -165,6 +166,7 @@ def deployments(req: EstimateRequest, model: ModelSpec) -> tuple[list[Deployment
         Deployment(
             model=model, gpu=card, engine=req.engine, workload=req.workload, parallelism=req.parallelism,
             weights=req.weights, kv_cache_dtype=req.kv_cache_dtype, instances=instances, profile=req.profile,
+            gpu_in_use_bytes=req.gpu.in_use_bytes,
         )
         for card in cards
     ]
@@ -274,6 +276,7 @@ def _document(r: EstimateResult) -> dict[str, Any]:
             "pipeline_parallel_size": req.parallelism.pp,
             "data_parallel_size": req.parallelism.dp,
             "num_gpus": req.gpu.num_gpus,
+            "gpu_memory_in_use_bytes": req.gpu.in_use_bytes,
             "engine": req.engine.engine,
             "engine_options": engine_options,
             "profile": None if req.profile is None else req.profile.source,

@@ -79,6 +79,7 @@ CHANGES = [
     # vllm/inputs/registry.py call_hf_processor: `x.to(dtype=self.model_config.dtype)` for floating outputs
     # appears at 0.9.1 (absent at 0.9.0).
     ("0.9.0", "0.9.1", "pixels_in_model_dtype", False, True),
+    ("0.9.0", "0.9.1", "startup_check", None, "plain"),
     ("0.9.2", "0.10.0", "capture_rule", "v1_512", "v1_2seqs"),
     ("0.9.2", "0.10.0", "kv_cache_dtypes", ("auto", "fp8", "fp8_e5m2", "fp8_e4m3"),
      ("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc")),
@@ -89,6 +90,7 @@ CHANGES = [
     ("0.10.1", "0.10.2", "kv_cache_memory_option", False, True),
     ("0.10.2", "0.11.0", "v0_available", True, False),
     ("0.10.2", "0.11.0", "full_graphs", False, True),
+    ("0.10.2", "0.11.0", "snapshot_after_comms", False, True),
     ("0.11.0", "0.11.1", "batch_caps", False, True),
     ("0.11.2", "0.12.0", "image_sampler", "flashinfer_logits", None),
     ("0.11.2", "0.12.0", "lora_extra_vocab", 256, 0),
@@ -101,6 +103,7 @@ CHANGES = [
     ("0.19.1", "0.20.0", "nemotron_ssm_default", "float16", "float32"),
     ("0.13.0", "0.14.0", "requested_ceil", False, True),
     ("0.13.0", "0.14.0", "moe_workspace_kept", False, True),
+    ("0.13.0", "0.14.0", "startup_check", "plain", "device"),
     # MambaModelConfig.verify_and_update_config sets mamba_cache_mode from 0.15.0 (config/cache.py has no
     # mamba_cache_mode at 0.14.1).
     ("0.14.1", "0.15.0", "mamba_cache_modes", False, True),

@@ -222,9 +222,13 @@ class Deployment:
     kv_cache_dtype: str = "auto"
     instances: int = 1
     profile: BoxProfile | None = None  # measured terms of the user's own box (kvplan calibrate)
+    # Memory other processes already hold on each GPU. Engines differ in what they make of it: some charge it,
+    # some refuse to start, V0 sizes its cache blind to it and then cannot allocate it (docs/engine-rules.md 1.18).
+    gpu_in_use_bytes: int = 0
 
     def validate(self) -> None:
         self.workload.validate()
+        check_int("gpu.in_use_bytes", self.gpu_in_use_bytes, 0, self.gpu.total_memory_bytes - 1)
         self.parallelism.validate()
         self.weights.validate()
         self.engine.validate()

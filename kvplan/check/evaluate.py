@@ -171,14 +171,17 @@ def evaluate(
     min_margin: float | None = None,
     vllm_version: str = "current",
     profile: BoxProfile | None = None,
+    gpu_in_use_bytes: int = 0,
 ) -> CheckResult:
-    """The verdict for one deployment request."""
+    """The verdict for one deployment request; `gpu_in_use_bytes`: what other processes hold on each GPU."""
     if req.unresolved:
         return CheckResult(req, CANNOT_EVALUATE, reason="; ".join(blockers(req, offline=offline)))
     if req.engine not in CHECKED_ENGINES or req.engine not in ENGINE_NAMES:
         return CheckResult(req, CANNOT_EVALUATE, reason=f"engine '{req.engine}' has no capacity model in kvplan")
     try:
-        d = to_deployment(req, offline=offline, vllm_version=vllm_version, profile=profile)
+        d = replace(to_deployment(req, offline=offline, vllm_version=vllm_version, profile=profile),
+                    gpu_in_use_bytes=gpu_in_use_bytes)
+        d.validate()
     except KvplanError as exc:
         return CheckResult(req, CANNOT_EVALUATE, reason=exc.message)
     engine = get_engine(req.engine)

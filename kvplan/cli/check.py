@@ -27,6 +27,10 @@ def check(
     gpu_mem: Annotated[
         str | None, typer.Option("--gpu-mem", help="Memory of each GPU, e.g. 80GiB; wins over the catalog's figure.")
     ] = None,
+    gpu_in_use: Annotated[
+        str | None,
+        typer.Option("--gpu-memory-in-use", help="Memory other processes hold on each GPU, e.g. 2GiB."),
+    ] = None,
     min_margin: Annotated[
         float | None, typer.Option("--min-margin", help="Fail unless this share of KV memory is left, e.g. 0.1.")
     ] = None,
@@ -69,6 +73,7 @@ def check(
     memory = parse_size(gpu_mem, "--gpu-mem") if gpu_mem is not None else None
     if memory is not None and memory <= 0:
         raise InputError(f"--gpu-mem must be a positive size such as 80GiB, got {gpu_mem!r}")
+    in_use = parse_size(gpu_in_use, "--gpu-memory-in-use") if gpu_in_use is not None else 0
     box = None
     if profile is not None:
         from kvplan.calibrate.profile import load_profile
@@ -77,7 +82,8 @@ def check(
     reading = read_paths(paths, gpu=gpu, gpu_memory_bytes=memory, follow_symlinks=follow_symlinks)
     results = reading.failures + evaluate_each(
         reading.requests,
-        lambda r: evaluate(r, offline=offline, min_margin=min_margin, vllm_version=vllm_version, profile=box),
+        lambda r: evaluate(r, offline=offline, min_margin=min_margin, vllm_version=vllm_version, profile=box,
+                           gpu_in_use_bytes=in_use),
     )
     policy = Policy(min_margin, strict, allow_empty)
     if output_format == "human":

@@ -103,6 +103,7 @@ def estimate(
     ep_size: opt.EpSize = None,
     gpu: opt.Gpu = None,
     gpu_mem: opt.GpuMem = None,
+    gpu_in_use: opt.GpuInUse = None,
     num_gpus: opt.NumGpus = None,
     dtype: opt.Dtype = "auto",
     quantization: opt.Quantization = None,
@@ -213,7 +214,8 @@ def estimate(
                               prefix_hit_rate=prefix_hit_rate, mix=mix),
             parallelism=Parallelism(tp=tp, pp=pp, dp=dp, dp_attention=bool(enable_dp_attention),
                                     expert_parallel=bool(enable_expert_parallel), ep_size=ep_size),
-            gpu=GpuChoice(names=_gpu_names(gpu), memory_bytes=_size(gpu_mem, "--gpu-mem"), num_gpus=num_gpus),
+            gpu=GpuChoice(names=_gpu_names(gpu), memory_bytes=_size(gpu_mem, "--gpu-mem"), num_gpus=num_gpus,
+                          in_use_bytes=_size(gpu_in_use, "--gpu-memory-in-use") or 0),
             weights=WeightsChoice(
                 dtype=None if dtype == "auto" else dtype, quantization=quantization,
                 checkpoint_bytes=_size(weights_bytes, "--weights-bytes"),

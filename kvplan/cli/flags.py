@@ -30,6 +30,7 @@ FIELD_FLAGS: dict[str, str] = {
     "kv_cache_dtype": "--kv-cache-dtype",
     "gpu": "--gpu",
     "gpu.memory_bytes": "--gpu-mem",
+    "gpu.in_use_bytes": "--gpu-memory-in-use",
     "gpu.num_gpus": "--num-gpus",
     "instances": "--num-gpus",
     "engine": "--engine",

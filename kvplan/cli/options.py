@@ -102,6 +102,11 @@ Gpu = Annotated[
 GpuMem = Annotated[
     str | None, typer.Option("--gpu-mem", help="Memory of another card, e.g. 48GiB.", rich_help_panel=GPU)
 ]
+GpuInUse = Annotated[
+    str | None,
+    typer.Option("--gpu-memory-in-use", help="Memory other processes hold on each GPU, e.g. 2GiB.",
+                 rich_help_panel=GPU),
+]
 NumGpus = Annotated[
     int | None,
     typer.Option("--num-gpus", help="GPUs in all; beyond one instance they are replicas.", rich_help_panel=GPU),

@@ -28,6 +28,8 @@ REFUSAL_CODES = {
     "no_kv_memory": "no memory left for the KV cache",
     "one_request": "one request at max-model-len does not fit the KV cache",
     "sampler_warmup_oom": "out of memory in the sampler warm-up after the KV cache was allocated",
+    "startup_free_memory": "less free memory at start-up than the memory utilization asks for",
+    "kv_alloc_oom": "out of memory allocating the KV cache the engine sized",
     "gpus": "fewer GPUs than the parallelism needs",
 }
 

@@ -80,7 +80,7 @@ def paged_account(
     kv = kv_at(length)
     weights = rank_weights_bytes(d)
     if budget_terms is None:
-        requested = math.floor(d.gpu.total_memory_bytes * fraction)
+        requested = min(math.floor(d.gpu.total_memory_bytes * fraction), d.gpu.total_memory_bytes - d.gpu_in_use_bytes)
         overhead = generic_overhead_bytes(p.tp * p.pp) if overhead is None else overhead
         budget = requested - weights - overhead
         terms: tuple[MemoryTerm, ...] = (

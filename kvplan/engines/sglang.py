@@ -369,6 +369,8 @@ def plan_sglang(d: Deployment) -> SglangReport:
     total = box.total_memory_bytes or d.gpu.total_memory_bytes
     nt = non_torch_for(d.gpu.key, p.tp, p.pp)
     context = nt.context_bytes + nt.before_snapshot_bytes if box.non_torch_bytes is None else box.non_torch_bytes
+    # SGLang reads free memory itself (before loading and after), so another process's memory is simply gone.
+    context += d.gpu_in_use_bytes
     free_before = total - context
     notes = [n for n in (page_note, *box.notes) if n]
     reports = []
@@ -535,7 +537,8 @@ class SglangEngine:
         fraction = r.defaults.mem_fraction_static
         kept = r.free_before_load_bytes - round(r.free_before_load_bytes * (1 - fraction))
         terms = (
-            MemoryTerm("context", r.context_bytes, "in use before SGLang measures free memory (context, NCCL)"),
+            MemoryTerm("context", r.context_bytes, "in use before SGLang measures free memory (context, NCCL"
+                       + (", other processes)" if d.gpu_in_use_bytes else ")")),
             MemoryTerm("weights", r.weights_bytes, "weights as loaded on this rank, in whole allocator segments"),
             MemoryTerm("reserved", r.free_before_load_bytes - kept,
                        f"left outside mem_fraction_static {fraction:.3f} for activations, CUDA graphs and the "

@@ -93,14 +93,15 @@ class TgiEngine:
         activation = activation_peak_bytes(d.model, dtype=dtype, tp=p.tp, runs_sampler=False, max_num_seqs=1,
                                            max_num_batched_tokens=o.max_batch_prefill_tokens)
         # TGI measures free memory after everything has started: the CUDA context and NCCL count in full.
-        non_torch = non_torch_for(d.gpu.key, p.tp, p.pp).charged(with_context=True)
+        non_torch = non_torch_for(d.gpu.key, p.tp, p.pp).charged(with_context=True) + d.gpu_in_use_bytes
         free = total - non_torch - weights - activation - round((1 - o.cuda_memory_fraction) * total)
         budget = int(max(0, free) * TGI_WIGGLE_ROOM)
         terms = (
             MemoryTerm("weights", weights, "weights on this shard"),
             MemoryTerm("activation_peak", activation,
                        f"activation peak of the warm-up prefill ({o.max_batch_prefill_tokens:,} tokens)"),
-            MemoryTerm("non_torch", non_torch, "CUDA context, cuBLAS and NCCL (as vLLM logs them)"),
+            MemoryTerm("non_torch", non_torch, "CUDA context, cuBLAS and NCCL (as vLLM logs them)"
+                       + (", and other processes' memory" if d.gpu_in_use_bytes else "")),
             MemoryTerm("reserved", total - non_torch - weights - activation - budget,
                        f"outside --cuda-memory-fraction {o.cuda_memory_fraction} and TGI's 5% wiggle room"),
         )

@@ -213,7 +213,9 @@ class TransformersEngine:
         weights = estimate_weights(
             d.model, dtype=dtype, quantization=d.weights.quantization, override_bytes=d.weights.checkpoint_bytes,
         ).per_gpu_bytes
-        requested = math.floor(d.gpu.total_memory_bytes * o.memory_fraction)
+        # Transformers allocates as it goes: another process's memory is not there to take.
+        requested = min(math.floor(d.gpu.total_memory_bytes * o.memory_fraction),
+                        d.gpu.total_memory_bytes - d.gpu_in_use_bytes)
         overhead = generic_overhead_bytes(1) if o.overhead_bytes is None else o.overhead_bytes
         budget = requested - weights - overhead
         refusal = None

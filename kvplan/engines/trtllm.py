@@ -131,6 +131,7 @@ def _stages(d: Deployment, o: TrtllmOptions) -> tuple[tuple[TrtllmStage, ...], B
     outside = non_torch_for(d.gpu.key, p.tp, p.pp).charged(with_context=True) + CUDA_GRAPH_BYTES
     if box.non_torch_bytes is not None:
         outside = box.non_torch_bytes + (box.cuda_graph_bytes or 0)
+    outside += d.gpu_in_use_bytes  # measured free memory: another process's is gone too
     out = []
     for i, ((w, _), stage) in enumerate(zip(weights, layers, strict=True)):
         last = i == len(layers) - 1
@@ -220,7 +221,8 @@ class TrtllmEngine:
             MemoryTerm("activation_peak", lim.activation_peak_bytes,
                        f"peak of the estimation pass ({o.max_num_tokens or DEFAULT_MAX_NUM_TOKENS:,} tokens; "
                        "vLLM's activation model)"),
-            MemoryTerm("non_torch", lim.outside_torch_bytes, "outside torch: CUDA context, NCCL, CUDA graphs"),
+            MemoryTerm("non_torch", lim.outside_torch_bytes, "outside torch: CUDA context, NCCL, CUDA graphs"
+                       + (", other processes" if d.gpu_in_use_bytes else "")),
             MemoryTerm("reserved", max(0, left - lim.kv_budget_bytes),
                        f"the {1 - fraction:.0%} of the rest that free_gpu_memory_fraction {fraction} leaves"),
         )

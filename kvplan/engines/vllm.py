@@ -505,8 +505,13 @@ def plan_vllm(
     available_shift_bytes: int = 0,
     checkpoint_bytes: int | None = None,
     profile: BoxProfile | None = None,
+    in_use_bytes: int = 0,
 ) -> VllmReport:
     """Reproduce vLLM's start-up memory accounting and KV cache sizing for `model` on `gpu`.
+
+    `in_use_bytes`: memory other processes hold on each GPU. Releases that charge everything in use take it
+    off the budget; V1 from 0.9.1 refuses to start when it leaves less free than total x util; V0 from 0.6.5
+    sizes the cache from its own usage and then cannot allocate it (docs/engine-rules.md 1.18).
 
     `checkpoint_bytes` is the checkpoint's measured size (--weights-from-hub, --weights-bytes): the weights
     per rank follow it (vllm_memory.checkpoint_scale). `profile`: terms measured on the user's box, used
@@ -517,7 +522,7 @@ def plan_vllm(
     f = resolve_flags(model, flags, gpu)
     rules = f.rules
     total = gpu.total_memory_bytes
-    non_torch = non_torch_for(gpu.key, f.tp, f.pp)
+    non_torch = replace(non_torch_for(gpu.key, f.tp, f.pp), other_bytes=in_use_bytes)
     charge_context = rules.charges_context(f.engine)
     dtype_bytes = weight_dtype_bytes(f.dtype)
     if f.engine == "v0":
@@ -569,7 +574,8 @@ def plan_vllm(
     tokens, concurrency = _tokens_and_concurrency(f, layout, num_blocks, per_request)
     fit_len = estimate_max_model_len(layout, lim.available_kv_bytes, f.max_model_len, f.max_num_batched_tokens)
     warmup = _warmup(model, f, stages[-1], num_blocks, total, graphs) if f.engine == "v1" else None
-    refusal = (_too_long(model, f, flags.allow_long_max_model_len) or _startup_error(stages, f)
+    refusal = (_too_long(model, f, flags.allow_long_max_model_len) or _free_at_start(f, total, requested, stages)
+               or _startup_error(stages, f) or _cache_allocation(f, total, stages, num_blocks)
                or _warmup_refusal(warmup))
     report = VllmReport(
         gpu=gpu,
@@ -623,8 +629,7 @@ def _warmup(
     nt = last.memory.non_torch
     kv = num_blocks * last.layout.bytes_per_block
     twice = graphs if f.rules.cudagraphs_profiled and _moe_kernel(model) == "mxfp4" else 0
-    free = (total - nt.context_bytes - nt.before_snapshot_bytes - last.memory.weights_bytes - nt.growth_bytes
-            - kv - graphs - twice)
+    free = total - nt.before_start_bytes - last.memory.weights_bytes - nt.growth_bytes - kv - graphs - twice
     return Warmup(rows, free, need, graphs, twice)
 
 
@@ -660,6 +665,50 @@ def _no_memory() -> Refusal:
         "initializing the engine.",
         "engine.gpu_memory_utilization",
     )
+
+
+def _free_at_start(f: ResolvedFlags, total: int, requested: int, stages: list[StageKv]) -> Refusal | None:
+    """V1 from 0.9.1 (request_memory): the worker's snapshot must find total x util free. What is in use then:
+    the CUDA context, communicators set up before it, other processes. H100 at 0.995: 79.19 x 0.995 = 78.79
+    GiB asked, 79.19 - 0.51 = 78.68 GiB free: refused."""
+    if f.engine != "v1" or f.rules.startup_check is None:
+        return None
+    # Before 0.11 the snapshot comes ahead of the communicators, so they are not in use yet.
+    early = 0 if f.rules.snapshot_after_comms else max(s.memory.non_torch.before_snapshot_bytes for s in stages)
+    free = total - max(s.memory.non_torch.before_start_bytes for s in stages) + early
+    if free >= requested:
+        return None
+    device = " cuda:0" if f.rules.startup_check == "device" else ""
+    return Refusal(
+        "startup_free_memory",
+        f"Free memory on device{device} ({format_gib(free)}/{format_gib(total)} GiB) on startup is less than desired "
+        f"GPU memory utilization ({f.gpu_memory_utilization}, {format_gib(requested)} GiB). Decrease GPU memory "
+        "utilization or reduce GPU memory used by other processes.",
+        "engine.gpu_memory_utilization",
+    )
+
+
+def _cache_allocation(f: ResolvedFlags, total: int, stages: list[StageKv], num_blocks: int) -> Refusal | None:
+    """V0 from 0.6.0 except 0.6.4 sizes the cache from its own usage since start, blind to other processes, and
+    then allocates it: CUDA out of memory where they hold what the cache needs. Every rank allocates the
+    limiting rank's block count. (V1 from 0.9.1 stops at the start-up check first; the "absolute" budget
+    charges them.)"""
+    if f.engine != "v0" or f.rules.charges_context("v0"):
+        return None
+    for s in stages:
+        nt = s.memory.non_torch
+        free = total - nt.before_start_bytes - s.memory.weights_bytes - nt.growth_bytes
+        kv = num_blocks * s.layout.bytes_per_block
+        if kv > free:
+            return Refusal(
+                "kv_alloc_oom",
+                f"CUDA out of memory allocating the KV cache: {format_gib(kv)} GiB for {num_blocks:,} blocks, "
+                f"{format_gib(max(0, free))} GiB free after loading. vLLM {f.version}'s V0 sizes the cache as "
+                f"{f.gpu_memory_utilization} of the GPU less its own usage; other processes hold "
+                f"{format_gib(nt.other_bytes)} GiB.",
+                "engine.gpu_memory_utilization",
+            )
+    return None
 
 
 def _startup_error(stages: list[StageKv], f: ResolvedFlags) -> Refusal | None:

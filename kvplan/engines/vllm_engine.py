@@ -210,9 +210,18 @@ def _notes(d: Deployment, r: VllmReport) -> list[str]:
     if r.cudagraph_bytes and not (f.engine == "v1" and f.rules.cudagraphs_subtracted):
         out.append(f"CUDA graphs (about {fmt_gib(r.cudagraph_bytes)}) are not in vLLM {f.version}'s budget: "
                    "they live in the memory utilization leaves out")
-    if f.rules.charges_context(f.engine):
+    other = r.stages[0].memory.non_torch.other_bytes
+    if other:
+        out.append(f"{fmt_gib(other)} of each GPU is held by other processes (--gpu-memory-in-use): "
+                   + ("charged to the budget, as this release charges all memory in use"
+                      if f.rules.charges_context(f.engine) else
+                      "the start-up check needs total x utilization free beside it"
+                      if f.engine == "v1" and f.rules.startup_check else
+                      "not in the budget, which counts only vLLM's own usage; the cache must still fit beside it"))
+    elif f.rules.charges_context(f.engine):
         out.append(f"vLLM {f.version}'s {f.engine.upper()} engine charges all memory in use on the GPU, another "
-                   "process's too: kvplan plans an otherwise idle GPU")
+                   "process's too: kvplan plans an otherwise idle GPU (--gpu-memory-in-use states what else "
+                   "runs there)")
     if f.engine == "v1" and f.rules.image_sampler is not None:
         out.append(f"vLLM {f.version} samples with FlashInfer only where it is installed: planned as the "
                    "vllm/vllm-openai image, which ships it (a pip-installed vllm sorts with PyTorch, a larger peak)"
@@ -251,6 +260,8 @@ def _terms(d: Deployment, r: VllmReport, m: StageMemory) -> list[MemoryTerm]:
     if m.encoder_bytes:
         peak += ", vision encoder first"
     charged = "CUDA context, NCCL and growth" if m.non_torch_bytes > m.non_torch.growth_bytes else "growth"
+    if m.non_torch.other_bytes and m.non_torch_bytes > m.non_torch.growth_bytes:
+        charged += f", {m.non_torch.other_bytes / GiB:.2f} GiB of it other processes'"
     terms = [
         MemoryTerm("weights", m.weights_bytes, mark("weights", loaded)),
         MemoryTerm("activation_peak", m.activation_peak_bytes, mark("activation peak", peak)),
@@ -298,7 +309,8 @@ class VllmEngine:
                 log_lines=(f"ValueError: {refused.message}",),
             )
         flags = _flags(d, o)
-        r = plan_vllm(d.model, flags, d.gpu, checkpoint_bytes=d.weights.checkpoint_bytes, profile=d.profile)
+        r = plan_vllm(d.model, flags, d.gpu, checkpoint_bytes=d.weights.checkpoint_bytes, profile=d.profile,
+                      in_use_bytes=d.gpu_in_use_bytes)
         stage = r.stages[r.limiting_stage]
         batched = r.flags.max_num_batched_tokens
         terms = _terms(d, r, stage.memory)

@@ -102,10 +102,17 @@ class NonTorch:
     context_bytes: int  # CUDA context and runtime: in every worker's snapshot
     before_snapshot_bytes: int  # communicators set up before the snapshot (tp or pp > 1)
     growth_bytes: int  # grown during the profiling run (cuBLAS workspaces, NCCL buffers on first use)
+    other_bytes: int = 0  # held by other processes on the GPU (--gpu-memory-in-use)
+
+    @property
+    def before_start_bytes(self) -> int:
+        """In use when the worker takes its snapshot: the context, early communicators, other processes."""
+        return self.context_bytes + self.before_snapshot_bytes + self.other_bytes
 
     def charged(self, with_context: bool) -> int:
-        """What the budget subtracts: the growth, or (V0 0.6.4, V1 <= 0.9.0) everything non-torch."""
-        return self.growth_bytes + (self.context_bytes + self.before_snapshot_bytes if with_context else 0)
+        """What the budget subtracts: the growth, or (V0 0.6.4, V1 <= 0.9.0) everything in use but torch's,
+        other processes' memory included."""
+        return self.growth_bytes + (self.before_start_bytes if with_context else 0)
 
 
 # vLLM 0.19 on H100 (the fit split's worker snapshots and profiling lines): context 0.51 GiB on every rank;

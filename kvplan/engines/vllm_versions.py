@@ -38,6 +38,10 @@ class VllmRules:
     v0_available: bool = True  # VLLM_USE_V1=0 possible [1.1]
     default_utilization: float = 0.90  # [1.3]
     requested_ceil: bool = False  # requested = ceil(total x util), else the float product [1.2]
+    # V1 refuses to start when free memory at its snapshot is below total x util: None (no check), "plain"
+    # (0.9.1: "Free memory on device (a/b GiB) ..."), "device" (0.14: "Free memory on device cuda:0 ...") [1.2]
+    startup_check: str | None = None
+    snapshot_after_comms: bool = False  # the worker's snapshot follows the distributed set-up (0.11+) [1.2]
     # How the non-KV memory is measured, per engine [1.2, 1.7]:
     #   "free_drop" (V0 0.6.0-0.6.3): free memory at start minus free after profiling, torch's cache included;
     #   "absolute"  (V0 0.6.4, V1 <= 0.9.0): torch's absolute peak (weights included) plus all non-torch memory,
@@ -120,22 +124,24 @@ def _changes() -> tuple[VllmRules, ...]:
     # dtype on the CPU, so pixels reach the GPU in bf16/fp16, not float32 (absent at 0.9.0).
     change((0, 9, 1), "V1 budget from the worker's snapshot (context not charged); hybrid KV groups; pixels "
            "in the model dtype", v1_budget="snapshot", hybrid_groups=True, v1_tokens_rule="blocks_per_group",
-           v1_concurrency_rule="blocks", pixels_in_model_dtype=True)
+           v1_concurrency_rule="blocks", pixels_in_model_dtype=True, startup_check="plain")
     change((0, 10, 0), "CUDA graphs up to min(2 x max_num_seqs, 512)", capture_rule="v1_2seqs",
            kv_cache_dtypes=("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"))
     change((0, 10, 1), "gpt-oss mxfp4 MoE; --mamba-cache-dtype, --mamba-ssm-cache-dtype", mxfp4=True,
            mamba_dtype_options=True)
     change((0, 10, 2), "capture sizes step 16 above 256; --kv-cache-memory-bytes", capture_rule="v1_2seqs_16",
            kv_cache_memory_option=True)
-    change((0, 11, 0), "V1 only; FULL_AND_PIECEWISE CUDA graphs", v0_available=False, full_graphs=True)
+    change((0, 11, 0), "V1 only; FULL_AND_PIECEWISE CUDA graphs; the worker's snapshot after the communicators",
+           v0_available=False, full_graphs=True, snapshot_after_comms=True)
     change((0, 11, 1), "defaulted tokens capped at seqs x len, seqs at tokens", batch_caps=True)
     change((0, 12, 0), "FlashInfer sampler opt-in (PyTorch sort in the image too); block size 256; bfloat16 KV; "
            "no LoRA extra vocabulary", image_sampler=None, lora_extra_vocab=0, block_sizes=(1, 8, 16, 32, 64, 128, 256),
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"))
     change((0, 13, 0), "Nemotron-H's SSM state: the config's mamba_ssm_cache_dtype, else float16",
            nemotron_ssm_default="float16")
-    change((0, 14, 0), "requested = ceil(total x util); the fused-MoE workspace is kept between steps",
-           requested_ceil=True, moe_workspace_kept=True)
+    change((0, 14, 0), "requested = ceil(total x util); the fused-MoE workspace is kept between steps; the "
+           "start-up check names the device",
+           requested_ceil=True, moe_workspace_kept=True, startup_check="device")
     # 0.15's MambaModelConfig: prefix caching on a hybrid sets mamba_cache_mode "all" (models that support
     # Mamba prefix caching) or "align" (the rest: gated DeltaNet), and MambaSpec.max_memory_usage_bytes then
     # counts 2 state pages a request in "align" mode, cdiv(max_model_len, block) in "all" (1 with it off).

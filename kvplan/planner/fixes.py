@@ -111,14 +111,17 @@ def _workload_keeping(d: Deployment, v: Verdict) -> Iterator[tuple[Change, ...]]
         return
     if refusal is not None and refusal.code == "context" and knobs.long_context:
         yield (Change(knobs.long_context, True),)
-    if refusal is not None and refusal.code == "sampler_warmup_oom":
+    if refusal is not None and refusal.code in ("sampler_warmup_oom", "startup_free_memory", "kv_alloc_oom"):
         # The warm-up runs in the memory utilization leaves out: leave more (0.95 -> 0.93 ... 0.85), or warm
-        # the sampler up over fewer requests (1,024 -> 512 -> 256).
+        # the sampler up over fewer requests (1,024 -> 512 -> 256). Memory other processes hold needs the
+        # utilization lowered past it: further steps, down to 0.55 below the current one.
         account = v.account
         if knobs.utilization is not None and account.total_memory_bytes:
             util_now = account.requested_bytes / account.total_memory_bytes  # the engine's default if none given
-            for step in (2, 4, 6, 8, 10):
-                yield (Change(knobs.utilization[0], round(util_now - step / 100, 2)),)
+            steps = (2, 4, 6, 8, 10) if refusal.code == "sampler_warmup_oom" else (2, 4, 6, 8, 10, 15, 20, 30, 40, 55)
+            for step in steps:
+                if util_now - step / 100 > 0.05:
+                    yield (Change(knobs.utilization[0], round(util_now - step / 100, 2)),)
         if knobs.request_cap and account.request_cap:
             for share in (2, 4):
                 yield (Change(knobs.request_cap, account.request_cap // share),)
