@@ -40,6 +40,7 @@ from kvplan.engines.vllm import VllmFlags, VllmReport, plan_vllm, resolve_flags 
 from kvplan.engines.vllm_graphs import capture_sizes  # noqa: E402
 from kvplan.engines.vllm_lora import LoraSlots  # noqa: E402
 from kvplan.engines.vllm_memory import HOPPER, padded_vocab  # noqa: E402
+from kvplan.engines.vllm_speculative import speculative_options  # noqa: E402
 from kvplan.engines.vllm_versions import parse_release, rules_for  # noqa: E402
 from kvplan.errors import KvplanError  # noqa: E402
 from kvplan.hardware.gpus import GpuSpec, custom_gpu, find_gpu  # noqa: E402
@@ -67,6 +68,7 @@ _ENGINE_CFG = {
     "kv_cache_dtype": re.compile(r"\bkv_cache_dtype=(\w+)"),
     "enforce_eager": re.compile(r"\benforce_eager=(True|False)"),
     "max_seq_len": re.compile(r"\bmax_seq_len=(\d+)"),
+    "enable_chunked_prefill": re.compile(r"\b(?:chunked_prefill_enabled|enable_chunked_prefill)=(True|False)"),
 }
 # Runtime quantizations kvplan sizes from an unquantized config (vLLM --quantization fp8).
 RUNTIME_QUANT = ("fp8",)
@@ -84,6 +86,9 @@ class Case:
     weights_from_log: bool = False  # the config lacks the checkpoint's quantization: weights pinned to the log
     version_inferred: bool = False
     gpu_from_total: bool = False
+    # The checkpoint's weights are neither in the config nor in the log: only mode A (the block, token and
+    # concurrency arithmetic from the logged KV memory) is compared; no verdict, no mode-B error.
+    a_only: bool = False
     skip: str | None = None
 
     @property
@@ -110,7 +115,10 @@ class Result:
 
     @property
     def verdict_ok(self) -> bool | None:
-        """The predicted start or refusal agrees with the log (None: the log's outcome is not a memory one)."""
+        """The predicted start or refusal agrees with the log (None: the log's outcome is not a memory one, or
+        the deployment's weights are unknown)."""
+        if self.case.a_only:
+            return None
         code = self.b.refusal.code if self.b.refusal else None
         o = self.case.outcome
         if o == "started":
@@ -245,6 +253,9 @@ def _vllm_flags(row: dict, release: str, model: ModelSpec) -> tuple[VllmFlags, d
     eager = given.get("enforce_eager", cfg.get("enforce_eager"))
     kv_dtype = row.get("kv_cache_dtype") or given.get("kv_cache_dtype") or cfg.get("kv_cache_dtype") or "auto"
     caching = _flag(given.get("enable_prefix_caching"))
+    chunked = _flag(given.get("enable_chunked_prefill", cfg.get("enable_chunked_prefill")))
+    spec = given.get("speculative_config")
+    spec = speculative_options(spec if isinstance(spec, (str, dict)) else None)
     flags = VllmFlags(
         max_model_len=int(max_len) if max_len else None,
         gpu_memory_utilization=float(util) if util else None,
@@ -257,6 +268,7 @@ def _vllm_flags(row: dict, release: str, model: ModelSpec) -> tuple[VllmFlags, d
         dtype=dtype if dtype not in ("half",) else "float16",
         quantization=quant if (model.quant is None and quant in RUNTIME_QUANT) else None,
         enable_prefix_caching=None if caching is None else bool(caching),
+        enable_chunked_prefill=None if chunked is None else bool(chunked),
         version=release,
         use_v1=use_v1,
         usage="serve" if serve else "llm",
@@ -264,6 +276,7 @@ def _vllm_flags(row: dict, release: str, model: ModelSpec) -> tuple[VllmFlags, d
         enforce_eager=bool(_flag(eager)) if eager is not None else False,
         allow_long_max_model_len=True,
         lora=_lora(given),
+        **spec,
     )
     return flags, {"quantization": quant}
 
@@ -315,11 +328,13 @@ def _case(row: dict, split: str, logs: Path, aliases: dict) -> Case:
         return replace(case, model=model, skip="GPU not named and no total logged")
     flags, seen = _vllm_flags(row, release, model)
     quantized_variant = relation == "quantized variant" or _other_quantization(seen["quantization"], model)
-    if quantized_variant and not row.get("weights_gib"):
-        return replace(case, model=model, gpu=gpu, flags=flags,
-                       skip="checkpoint quantization not in the config and no weights logged")
-    if relation == "uncertain" and not row.get("weights_gib"):
-        return replace(case, model=model, gpu=gpu, flags=flags, skip="checkpoint not named and no weights logged")
+    unknown = ("checkpoint quantization not in the config" if quantized_variant else
+               "checkpoint not named" if relation == "uncertain" else None)
+    if unknown and not row.get("weights_gib"):
+        if not row.get("available_kv_gib"):
+            return replace(case, model=model, gpu=gpu, flags=flags, skip=f"{unknown} and no weights logged")
+        return replace(case, model=model, gpu=gpu, flags=flags, a_only=True, version_inferred=inferred,
+                       gpu_from_total=from_total)
     return replace(case, model=model, gpu=gpu, flags=flags, weights_from_log=bool(quantized_variant),
                    version_inferred=inferred, gpu_from_total=from_total)
 
@@ -384,6 +399,8 @@ def evaluate(cases: list[Case]) -> tuple[list[Result], list[Case]]:
             "concurrency": pct(b.max_concurrency, c.row.get("max_concurrency")),
             "weights": pct(b.stages[0].memory.weights_bytes / GiB, c.row.get("weights_gib")),
         }
+        if c.a_only:
+            errors.update(available=None, tokens_b=None, concurrency=None, weights=None)
         results.append(Result(c, a, b, errors))
     return results, skipped
 
@@ -439,8 +456,8 @@ def _clean(r: Result) -> bool:
 def _summary_of(g: list[Result]) -> dict[str, Any]:
     n_av, mae_av, worst_av = _stats([r.errors["available"] for r in g])
     n_tok, mae_tok, worst_tok = _stats([r.errors["tokens_b"] for r in g])
-    starts = [r for r in g if r.case.outcome == "started"]
-    fails = [r for r in g if r.case.outcome in ("kv_oom", "oom_other")]
+    starts = [r for r in g if r.case.outcome == "started" and not r.case.a_only]
+    fails = [r for r in g if r.case.outcome in ("kv_oom", "oom_other") and not r.case.a_only]
     return {
         "logs_evaluated": len(g),
         "available_kv": {"logs": n_av, "mae_pct": mae_av, "worst_pct": worst_av},
@@ -493,7 +510,8 @@ def _per_log(results: list[Result]) -> list[str]:
     lines = ["## Per log", "",
              "GiB as logged / predicted (rank 0). Marks: ~ release inferred by the collector, T GPU from the "
              "logged total, W weights from the log (the config lacks the checkpoint's quantization), "
-             "R config stands in for the checkpoint (relation in configs/aliases.json).", "",
+             "R config stands in for the checkpoint (relation in configs/aliases.json), A weights unknown (neither "
+             "config nor log): only tokens given the logged KV memory (mode A) are compared.", "",
              "| split | log | GPU | release | outcome / predicted | weights | activation | available KV | "
              "tokens (B) | concurrency |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -501,13 +519,16 @@ def _per_log(results: list[Result]) -> list[str]:
         c, b, row = r.case, r.b, r.case.row
         m = b.stages[0].memory
         marks = "".join(x for x, on in (("~", c.version_inferred), ("T", c.gpu_from_total), ("W", c.weights_from_log),
-                                         ("R", c.relation not in ("library", "verbatim", "re-upload"))) if on)
-        predicted = b.refusal.code if b.refusal else "fits"
+                                         ("R", c.relation not in ("library", "verbatim", "re-upload")),
+                                         ("A", c.a_only)) if on)
+        predicted = "-" if c.a_only else b.refusal.code if b.refusal else "fits"
         tokens = _logged_tokens(row, c.flags) if c.flags else None
-        tok = "-" if tokens is None else f"{tokens:,} / {b.kv_cache_tokens:,}"
-        conc = "-" if not row.get("max_concurrency") else f"{row['max_concurrency']:.2f} / {b.max_concurrency:.2f}"
+        shown = r.a if c.a_only else b  # mode A's figures where the deployment's weights are unknown
+        tok = "-" if tokens is None else f"{tokens:,} / {shown.kv_cache_tokens:,}"
+        conc = ("-" if not row.get("max_concurrency")
+                else f"{row['max_concurrency']:.2f} / {shown.max_concurrency:.2f}")
         av_err = r.errors["available"]
-        av = f"{_gib(row.get('available_kv_gib'))} / {_gib(b.first_rank_available_kv_bytes / GiB)}"
+        av = f"{_gib(row.get('available_kv_gib'))} / {_gib(shown.first_rank_available_kv_bytes / GiB)}"
         if av_err is not None:
             av += f" ({av_err:+.1f}%)"
         lines.append(

@@ -92,6 +92,7 @@ CHANGES = [
     ("0.10.2", "0.11.0", "full_graphs", False, True),
     ("0.10.2", "0.11.0", "snapshot_after_comms", False, True),
     ("0.11.0", "0.11.1", "batch_caps", False, True),
+    ("0.11.0", "0.11.1", "v1_chunked_optional", False, True),
     ("0.11.2", "0.12.0", "image_sampler", "flashinfer_logits", None),
     ("0.11.2", "0.12.0", "lora_extra_vocab", 256, 0),
     ("0.11.2", "0.12.0", "block_sizes", (1, 8, 16, 32, 64, 128), (1, 8, 16, 32, 64, 128, 256)),
@@ -279,3 +280,32 @@ def test_cli_takes_any_release(runner):
                          "--gpu", "H100", "--vllm-version", version, "--offline")
         assert result.exit_code == 0, (version, result.output)
         assert f"vLLM {version}" in result.stdout
+
+
+def test_chunked_prefill_off_makes_the_step_hold_a_whole_prompt():
+    # V0 decides by itself past 32K tokens (chunked, 2,048-token steps from 0.6.5); --no-enable-chunked-prefill
+    # makes the step max(max_model_len, 2,048): 65,536 tokens, the forward the profile then runs.
+    v0 = {"max_model_len": 65536, "version": "0.8.5", "use_v1": False}
+    assert resolve_flags(LLAMA, VllmFlags(**v0), H100).max_num_batched_tokens == 2048
+    off = resolve_flags(LLAMA, VllmFlags(**v0, enable_chunked_prefill=False), H100)
+    assert (off.max_num_batched_tokens, off.chunked_prefill) == (65536, False)
+    # V1 honours the switch from 0.11.1 (EngineArgs: max(max_model_len, the default step)); 0.11.0 forces it on.
+    v1 = {"max_model_len": 32768, "enable_chunked_prefill": False}
+    assert resolve_flags(LLAMA, VllmFlags(version="0.11.0", **v1), L4).max_num_batched_tokens == 2048
+    assert resolve_flags(LLAMA, VllmFlags(version="0.11.1", **v1), L4).max_num_batched_tokens == 32768
+    # A step given shorter than a prompt is refused with vLLM's own words (SchedulerConfig.verify_max_model_len).
+    short = plan_vllm(LLAMA, VllmFlags(version="0.19", max_num_batched_tokens=8192, **v1), H100)
+    assert short.refusal is not None and short.refusal.code == "option"
+    assert short.refusal.message.startswith("max_num_batched_tokens (8192) is smaller than max_model_len (32768).")
+
+
+def test_check_reads_no_enable_chunked_prefill(runner, tmp_path):
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text(
+        "services:\n  llm:\n    image: vllm/vllm-openai:v0.19.0\n"
+        "    command: [\"--model\", \"meta-llama/Llama-3.1-8B-Instruct\", \"--max-model-len\", \"32768\", "
+        "\"--max-num-batched-tokens\", \"8192\", \"--no-enable-chunked-prefill\"]\n"
+        "    deploy:\n      resources:\n        reservations:\n          devices:\n"
+        "            - driver: nvidia\n              count: 1\n              capabilities: [gpu]\n")
+    r = run_cli(runner, "check", str(deploy), "--gpu", "H100", "--offline")
+    assert r.exit_code == 1 and "is smaller than max_model_len" in " ".join(r.stdout.split())

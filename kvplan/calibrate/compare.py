@@ -198,12 +198,13 @@ def _options(log: StartupLog, version: str | None, user_only: bool) -> tuple[Eng
     if util is None and not user_only:
         logged = log.get("utilization")
         util = logged.value if logged is not None else None
-    caching = given("enable_prefix_caching")
+    caching, chunked = given("enable_prefix_caching"), given("enable_chunked_prefill")
     notes = [note] if note else []
     options = VllmOptions(
         version=chosen, gpu_memory_utilization=util, block_size=given("block_size"), max_num_seqs=given("max_num_seqs"),
         max_num_batched_tokens=given("max_num_batched_tokens"),
         enable_prefix_caching=None if caching is None else bool(caching), install=s.install or "image",
+        enable_chunked_prefill=None if chunked is None else bool(chunked),
         lora=LoraSlots(s.max_loras or 1, s.max_lora_rank or 16, bool(s.fully_sharded_loras)) if s.enable_lora else None,
         mamba_cache_dtype=s.mamba_cache_dtype or "auto", mamba_ssm_cache_dtype=s.mamba_ssm_cache_dtype or "auto",
         **_mtp(s.speculative_config, notes),

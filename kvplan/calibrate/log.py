@@ -122,6 +122,7 @@ class LogSettings:
     max_num_batched_tokens: int | None = None
     enforce_eager: bool | None = None
     enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
     cuda_graph_max_bs: int | None = None
     max_total_tokens: int | None = None
     attention_backend: str | None = None

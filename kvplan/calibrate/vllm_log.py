@@ -147,6 +147,8 @@ _FLAG_FIELDS = {
     "max_num_batched_tokens": ("max_num_batched_tokens", int),
     "enforce_eager": ("enforce_eager", bool),
     "enable_prefix_caching": ("enable_prefix_caching", bool),
+    "enable_chunked_prefill": ("enable_chunked_prefill", bool),
+    "chunked_prefill_enabled": ("enable_chunked_prefill", bool),  # the engine config line's name
     "cpu_offload_gb": ("cpu_offload_gb", float),
     "enable_lora": ("enable_lora", bool),
     "max_loras": ("max_loras", int),

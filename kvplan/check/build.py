@@ -37,6 +37,7 @@ _FIELDS: dict[str, dict[str, str]] = {
         "quantization": "quantization",
         "block_size": "block-size",
         "enable_prefix_caching": "enable-prefix-caching",
+        "enable_chunked_prefill": "enable-chunked-prefill",
         "nnodes": "nnodes",
         "cpu_offload_gb": "cpu-offload-gb",
         "kv_cache_memory": "kv-cache-memory-bytes",
@@ -269,6 +270,9 @@ def build_request(
     prefix: bool | None = None
     if engine == "vllm" and text("enable_prefix_caching") is not None:
         prefix = bool_word(text("enable_prefix_caching") or "") == "true"
+    chunked: bool | None = None
+    if engine == "vllm" and text("enable_chunked_prefill") is not None:
+        chunked = bool_word(text("enable_chunked_prefill") or "") == "true"
     if engine == "sglang" and parsed.get("disable-radix-cache") is not None:
         prefix = bool_word(parsed.get("disable-radix-cache") or "") != "true"
 
@@ -351,6 +355,7 @@ def build_request(
         quantization=_plain(text("quantization"), "quantization", names, site, out),
         block_size=whole("block_size") if "block_size" in names else None,
         enable_prefix_caching=prefix,
+        enable_chunked_prefill=chunked,
         min_margin=min_margin,
         flags=tuple((k, unmask(v, site.templates)) for k, v in parsed.flags),
         unresolved=tuple(out.unresolved),

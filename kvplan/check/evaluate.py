@@ -62,6 +62,7 @@ def _engine_options(req: DeploymentRequest, vllm_version: str) -> Any:
             max_num_seqs=cap,
             max_num_batched_tokens=req.max_num_batched_tokens,
             enable_prefix_caching=req.enable_prefix_caching,
+            enable_chunked_prefill=req.enable_chunked_prefill,
             kv_cache_memory_bytes=req.kv_cache_memory_bytes,
             allow_long_max_model_len=req.allow_long_max_model_len,
             lora=LoraSlots(*req.lora_slots) if req.lora_slots else None,

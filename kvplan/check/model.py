@@ -77,6 +77,7 @@ class DeploymentRequest:
     quantization: str | None = None
     block_size: int | None = None
     enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None  # vLLM --[no-]enable-chunked-prefill
     min_margin: float | None = None
     flags: tuple[tuple[str, str], ...] = ()
     unresolved: tuple[Unresolved, ...] = ()

@@ -32,6 +32,7 @@ def _engine_options(engine: str, f: dict[str, Any]) -> Any:
             version=f["vllm_version"], install=f["vllm_install"], gpu_memory_utilization=f["gpu_memory_utilization"],
             block_size=f["block_size"], max_num_seqs=f["max_num_seqs"],
             max_num_batched_tokens=f["max_num_batched_tokens"], enable_prefix_caching=f["enable_prefix_caching"],
+            enable_chunked_prefill=f["enable_chunked_prefill"],
             kv_cache_memory_bytes=_size(f["kv_cache_memory"], "--kv-cache-memory-bytes"),
             allow_long_max_model_len=f["allow_long"], lora=_lora(f), mamba_cache_dtype=f["mamba_cache_dtype"],
             mamba_ssm_cache_dtype=f["mamba_ssm_cache_dtype"], **speculative_options(f["speculative_config"]),
@@ -124,6 +125,8 @@ def estimate(
     max_num_batched_tokens: opt.MaxNumBatchedTokens = None,
     enable_prefix_caching: opt.PrefixCaching = False,
     no_enable_prefix_caching: opt.NoPrefixCaching = False,
+    enable_chunked_prefill: opt.ChunkedPrefill = False,
+    no_chunked_prefill: opt.NoChunkedPrefill = False,
     kv_cache_memory: opt.KvCacheMemory = None,
     allow_long: opt.AllowLong = None,
     mamba_cache_dtype: opt.MambaCacheDtype = None,
@@ -160,13 +163,17 @@ def estimate(
     if enable_prefix_caching and no_enable_prefix_caching:
         raise InputError("--enable-prefix-caching and --no-enable-prefix-caching contradict: give one")
     prefix_caching = True if enable_prefix_caching else False if no_enable_prefix_caching else None
-    flags = dict(locals(), enable_prefix_caching=prefix_caching)
+    if enable_chunked_prefill and no_chunked_prefill:
+        raise InputError("--enable-chunked-prefill and --no-enable-chunked-prefill contradict: give one")
+    chunked = True if enable_chunked_prefill else False if no_chunked_prefill else None
+    flags = dict(locals(), enable_prefix_caching=prefix_caching, enable_chunked_prefill=chunked)
     given = [
         name for name, value in (
             ("--vllm-version", vllm_version), ("--vllm-install", vllm_install),
             ("--gpu-memory-utilization", gpu_memory_utilization),
             ("--block-size", block_size), ("--max-num-seqs", max_num_seqs),
             ("--max-num-batched-tokens", max_num_batched_tokens), ("--enable-prefix-caching", prefix_caching),
+            ("--enable-chunked-prefill", chunked),
             ("--kv-cache-memory-bytes", kv_cache_memory), ("--allow-long-max-model-len", allow_long),
             ("--mamba-cache-dtype", mamba_cache_dtype), ("--mamba-ssm-cache-dtype", mamba_ssm_cache_dtype),
             ("--speculative-config", speculative_config),

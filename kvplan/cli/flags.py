@@ -85,6 +85,7 @@ ENGINE_FLAGS: dict[str, tuple[str, ...]] = {
     "--max-num-seqs": ("vllm", "tgi"),
     "--max-num-batched-tokens": ("vllm",),
     "--enable-prefix-caching": ("vllm",),
+    "--enable-chunked-prefill": ("vllm",),
     "--kv-cache-memory-bytes": ("vllm",),
     "--allow-long-max-model-len": ("vllm",),
     "--enable-lora": ("vllm",),

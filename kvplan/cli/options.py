@@ -174,6 +174,14 @@ PrefixCaching = Annotated[
 NoPrefixCaching = Annotated[
     bool, typer.Option("--no-enable-prefix-caching", help="Prefix caching off.", rich_help_panel=VLLM)
 ]
+ChunkedPrefill = Annotated[
+    bool, typer.Option("--enable-chunked-prefill", help="Chunked prefill on (default: the release's).",
+                       rich_help_panel=VLLM)
+]
+NoChunkedPrefill = Annotated[
+    bool, typer.Option("--no-enable-chunked-prefill",
+                       help="Chunked prefill off: a step holds a whole prompt.", rich_help_panel=VLLM)
+]
 KvCacheMemory = Annotated[
     str | None,
     typer.Option(
@@ -186,7 +194,7 @@ AllowLong = Annotated[
     bool | None,
     typer.Option(
         "--allow-long-max-model-len",
-        help="Allow --max-model-len past the model's context (env VLLM_ALLOW_LONG_MAX_MODEL_LEN=1).",
+        help="Allow --max-model-len past the model's context (vLLM's env VLLM_ALLOW_LONG_MAX_MODEL_LEN).",
         rich_help_panel=VLLM,
     ),
 ]

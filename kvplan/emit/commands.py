@@ -56,6 +56,9 @@ def _vllm(d: Deployment, model: str) -> Launch:
         _flag(words, "--" + name.replace("_", "-"), getattr(o, name, None))
     if getattr(o, "enable_prefix_caching", True) is False:
         words.append("--no-enable-prefix-caching")
+    chunked = getattr(o, "enable_chunked_prefill", None)
+    if chunked is not None:
+        words.append("--enable-chunked-prefill" if chunked else "--no-enable-chunked-prefill")
     notes = []
     if getattr(o, "allow_long_max_model_len", False):
         notes.append("set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the environment")

@@ -69,6 +69,7 @@ class VllmFlags:
     dtype: str = "auto"
     quantization: str | None = None
     enable_prefix_caching: bool | None = None  # None: vLLM's default (on, off for hybrids with a state cache)
+    enable_chunked_prefill: bool | None = None  # None: the release's default (V0: past 32K tokens; V1: on)
     kv_cache_memory_bytes: int | None = None
     version: str = "current"
     use_v1: bool | None = None  # VLLM_USE_V1; None: the release's default engine
@@ -153,6 +154,7 @@ class ResolvedFlags:
     mamba_cache_dtype: str = "auto"
     mamba_ssm_cache_dtype: str = "auto"
     num_speculative_tokens: int = 0  # MTP draft tokens a step (0: no speculative decoding)
+    chunked_prefill: bool = True  # a prompt longer than the step is split over steps
 
 
 @dataclass(frozen=True)
@@ -333,6 +335,7 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         rules, engine, gpu, max_model_len=max_len, max_num_batched_tokens=flags.max_num_batched_tokens,
         max_num_seqs=flags.max_num_seqs, chunked_prefill_capable=_chunked_prefill_capable(model, rules),
         multimodal=any(g.name == "vision" for g in model.param_groups), usage=flags.usage,
+        chunked_prefill=flags.enable_chunked_prefill,
     )
     return ResolvedFlags(
         max_model_len=max_len,
@@ -356,6 +359,7 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         mamba_cache_dtype=flags.mamba_cache_dtype,
         mamba_ssm_cache_dtype=flags.mamba_ssm_cache_dtype,
         num_speculative_tokens=_draft_tokens(model, flags, engine),
+        chunked_prefill=shape.chunked_prefill,
     )
 
 
@@ -574,7 +578,8 @@ def plan_vllm(
     tokens, concurrency = _tokens_and_concurrency(f, layout, num_blocks, per_request)
     fit_len = estimate_max_model_len(layout, lim.available_kv_bytes, f.max_model_len, f.max_num_batched_tokens)
     warmup = _warmup(model, f, stages[-1], num_blocks, total, graphs) if f.engine == "v1" else None
-    refusal = (_too_long(model, f, flags.allow_long_max_model_len) or _free_at_start(f, total, requested, stages)
+    refusal = (_too_long(model, f, flags.allow_long_max_model_len) or _step_too_short(f)
+               or _free_at_start(f, total, requested, stages)
                or _startup_error(stages, f) or _cache_allocation(f, total, stages, num_blocks)
                or _warmup_refusal(warmup))
     report = VllmReport(
@@ -664,6 +669,19 @@ def _no_memory() -> Refusal:
         "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
         "initializing the engine.",
         "engine.gpu_memory_utilization",
+    )
+
+
+def _step_too_short(f: ResolvedFlags) -> Refusal | None:
+    """SchedulerConfig.verify_max_model_len: without chunked prefill a prompt must fit one step."""
+    if f.chunked_prefill or f.max_num_batched_tokens >= f.max_model_len:
+        return None
+    return Refusal(
+        "option",
+        f"max_num_batched_tokens ({f.max_num_batched_tokens}) is smaller than max_model_len ({f.max_model_len}). "
+        "This effectively limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject "
+        "longer sequences. Please increase max_num_batched_tokens or decrease max_model_len.",
+        "engine.max_num_batched_tokens",
     )
 
 

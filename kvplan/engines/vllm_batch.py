@@ -26,6 +26,7 @@ class BatchShape:
 
     max_num_batched_tokens: int
     max_num_seqs: int
+    chunked_prefill: bool = True  # a prompt longer than the step is split over steps
 
 
 def _device_name(gpu: GpuSpec) -> str:
@@ -60,6 +61,7 @@ def batch_shape(
     chunked_prefill_capable: bool,
     multimodal: bool,
     usage: str = "serve",
+    chunked_prefill: bool | None = None,
 ) -> BatchShape:
     """The step vLLM runs: given values stand, defaults follow the release's rule.
 
@@ -69,14 +71,20 @@ def batch_shape(
     """
     if engine == "v0":
         seqs = max_num_seqs or V0_MAX_NUM_SEQS
+        chunked = chunked_prefill if chunked_prefill is not None else (
+            chunked_prefill_capable and not multimodal and max_model_len > V0_CHUNKED_ABOVE_TOKENS)
         if max_num_batched_tokens is not None:
-            return BatchShape(max_num_batched_tokens, seqs)
-        chunked = chunked_prefill_capable and not multimodal and max_model_len > V0_CHUNKED_ABOVE_TOKENS
+            return BatchShape(max_num_batched_tokens, seqs, chunked)
         tokens = rules.v0_chunked_tokens if chunked else max(max_model_len, 2048)
         if multimodal:
             tokens = max(tokens, V0_MULTIMODAL_MIN_TOKENS)
-        return BatchShape(tokens, seqs)
+        return BatchShape(tokens, seqs, chunked)
+    # V1 chunks prompts; from 0.11.1 --no-enable-chunked-prefill turns it off, and a defaulted step then holds a
+    # whole prompt: max(max_model_len, the default) (EngineArgs._set_default_args).
+    chunked = not (chunked_prefill is False and rules.v1_chunked_optional)
     default_tokens, default_seqs = _v1_defaults(rules, gpu, usage)
+    if not chunked:
+        default_tokens = max(max_model_len, default_tokens)
     tokens = max_num_batched_tokens or default_tokens
     seqs = max_num_seqs or default_seqs
     if rules.batch_caps:
@@ -86,4 +94,4 @@ def batch_shape(
             tokens = min(seqs * max_model_len, tokens)
         if max_num_seqs is None:
             seqs = min(seqs, tokens)
-    return BatchShape(tokens, seqs)
+    return BatchShape(tokens, seqs, chunked)

@@ -41,6 +41,7 @@ class VllmOptions:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     enable_prefix_caching: bool | None = None  # None: vLLM's default for the model
+    enable_chunked_prefill: bool | None = None  # None: the release's default (--no-enable-chunked-prefill: False)
     kv_cache_memory_bytes: int | None = None
     allow_long_max_model_len: bool = False  # the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     lora: LoraSlots | None = None  # --enable-lora: slots for --max-loras adapters of --max-lora-rank
@@ -139,6 +140,7 @@ def _flags(d: Deployment, o: VllmOptions) -> VllmFlags:
         dtype=d.weights.dtype or "auto",
         quantization=d.weights.quantization,
         enable_prefix_caching=o.enable_prefix_caching,
+        enable_chunked_prefill=o.enable_chunked_prefill,
         kv_cache_memory_bytes=o.kv_cache_memory_bytes,
         version=o.version,
         use_v1=o.use_v1,

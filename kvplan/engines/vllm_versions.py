@@ -42,6 +42,7 @@ class VllmRules:
     # (0.9.1: "Free memory on device (a/b GiB) ..."), "device" (0.14: "Free memory on device cuda:0 ...") [1.2]
     startup_check: str | None = None
     snapshot_after_comms: bool = False  # the worker's snapshot follows the distributed set-up (0.11+) [1.2]
+    v1_chunked_optional: bool = False  # V1 honours --no-enable-chunked-prefill (0.11.1+; before, always on) [1.4]
     # How the non-KV memory is measured, per engine [1.2, 1.7]:
     #   "free_drop" (V0 0.6.0-0.6.3): free memory at start minus free after profiling, torch's cache included;
     #   "absolute"  (V0 0.6.4, V1 <= 0.9.0): torch's absolute peak (weights included) plus all non-torch memory,
@@ -133,7 +134,8 @@ def _changes() -> tuple[VllmRules, ...]:
            kv_cache_memory_option=True)
     change((0, 11, 0), "V1 only; FULL_AND_PIECEWISE CUDA graphs; the worker's snapshot after the communicators",
            v0_available=False, full_graphs=True, snapshot_after_comms=True)
-    change((0, 11, 1), "defaulted tokens capped at seqs x len, seqs at tokens", batch_caps=True)
+    change((0, 11, 1), "defaulted tokens capped at seqs x len, seqs at tokens; V1 chunked prefill can be "
+           "turned off", batch_caps=True, v1_chunked_optional=True)
     change((0, 12, 0), "FlashInfer sampler opt-in (PyTorch sort in the image too); block size 256; bfloat16 KV; "
            "no LoRA extra vocabulary", image_sampler=None, lora_extra_vocab=0, block_sizes=(1, 8, 16, 32, 64, 128, 256),
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"))
