@@ -122,3 +122,20 @@ def test_estimate_and_check_take_the_flag(runner, tmp_path):
     ok = run_cli(runner, "check", str(deploy), "--gpu", "H100", "--offline")
     shared = run_cli(runner, "check", str(deploy), "--gpu", "H100", "--offline", "--gpu-memory-in-use", "4GiB")
     assert (ok.exit_code, shared.exit_code) == (0, 1)
+
+
+@pytest.mark.parametrize(("engine", "held"), [("tgi", 2 * GiB), ("trtllm", 2 * GiB), ("transformers", 20 * GiB),
+                                              ("generic", 20 * GiB)])
+def test_engines_that_measure_free_memory_lose_what_other_processes_hold(engine, held):
+    # TGI and TensorRT-LLM measure free memory after start-up: any memory held elsewhere comes off. Transformers
+    # and the generic engine use a share of the card (0.9 of 79.19 GiB): held memory bites only past the other
+    # 7.92 GiB, so 2 GiB leaves them as they were and 20 GiB does not.
+    from kvplan.engines import get_engine
+
+    model = get_engine(engine)
+    d = Deployment(model=LLAMA, gpu=H100, engine=model.default_options(), workload=Workload(max_model_len=8192))
+    idle = model.account(d).kv_budget_bytes
+    shared = model.account(Deployment(**{**d.__dict__, "gpu_in_use_bytes": held})).kv_budget_bytes
+    assert 0 < shared < idle
+    if held > 2 * GiB:
+        assert model.account(Deployment(**{**d.__dict__, "gpu_in_use_bytes": 2 * GiB})).kv_budget_bytes == idle

@@ -691,9 +691,9 @@ def _free_at_start(f: ResolvedFlags, total: int, requested: int, stages: list[St
     GiB asked, 79.19 - 0.51 = 78.68 GiB free: refused."""
     if f.engine != "v1" or f.rules.startup_check is None:
         return None
+    nt = stages[0].memory.non_torch  # every rank takes the same row
     # Before 0.11 the snapshot comes ahead of the communicators, so they are not in use yet.
-    early = 0 if f.rules.snapshot_after_comms else max(s.memory.non_torch.before_snapshot_bytes for s in stages)
-    free = total - max(s.memory.non_torch.before_start_bytes for s in stages) + early
+    free = total - nt.before_start_bytes + (0 if f.rules.snapshot_after_comms else nt.before_snapshot_bytes)
     if free >= requested:
         return None
     device = " cuda:0" if f.rules.startup_check == "device" else ""
@@ -722,8 +722,8 @@ def _cache_allocation(f: ResolvedFlags, total: int, stages: list[StageKv], num_b
                 "kv_alloc_oom",
                 f"CUDA out of memory allocating the KV cache: {format_gib(kv)} GiB for {num_blocks:,} blocks, "
                 f"{format_gib(max(0, free))} GiB free after loading. vLLM {f.version}'s V0 sizes the cache as "
-                f"{f.gpu_memory_utilization} of the GPU less its own usage; other processes hold "
-                f"{format_gib(nt.other_bytes)} GiB.",
+                f"{f.gpu_memory_utilization} of the GPU less its own usage"
+                + (f"; other processes hold {format_gib(nt.other_bytes)} GiB." if nt.other_bytes else "."),
                 "engine.gpu_memory_utilization",
             )
     return None

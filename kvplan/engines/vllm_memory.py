@@ -141,7 +141,7 @@ class NonTorch:
 # (vllm-project/vllm#10517, held out).
 CONTEXT_BYTES = round(0.51 * GiB)  # H100 (and H200: 552,402,944 B outside torch after init, cuda_facts.json)
 STACK_BYTES_PER_THREAD = 1024
-CONTEXT_FIXED_BYTES = CONTEXT_BYTES - 132 * 2048 * STACK_BYTES_PER_THREAD
+CONTEXT_FIXED_BYTES = CONTEXT_BYTES - (resident_threads("H100-80GB") or 0) * STACK_BYTES_PER_THREAD
 NVLS_GPUS = ("H100-80GB", "H200", "H20", "GH200", "B200", "GB200", "B300")
 HOPPER = (9, 0)
 NON_TORCH = {
