@@ -72,6 +72,11 @@ _ENGINE_CFG = {
 }
 # Runtime quantizations kvplan sizes from an unquantized config (vLLM --quantization fp8).
 RUNTIME_QUANT = ("fp8",)
+# Formats whose forward kvplan sizes from the flag alone, even where the weights come from the log: a
+# bitsandbytes checkpoint's skipped modules change its weights, not how its 4-bit layers run.
+FORWARD_QUANT = RUNTIME_QUANT + ("bitsandbytes",)
+# Unsloth launched vLLM (its "Unsloth: ..." lines): unsloth_zoo's patch runs bitsandbytes in the model dtype.
+_UNSLOTH_LINE_RE = re.compile(r"^Unsloth: ", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -266,7 +271,7 @@ def _vllm_flags(row: dict, release: str, model: ModelSpec) -> tuple[VllmFlags, d
         tensor_parallel_size=row.get("tp") or int(given.get("tensor_parallel_size") or 1),
         pipeline_parallel_size=row.get("pp") or int(given.get("pipeline_parallel_size") or 1),
         dtype=dtype if dtype not in ("half",) else "float16",
-        quantization=quant if (model.quant is None and quant in RUNTIME_QUANT) else None,
+        quantization=quant if (model.quant is None and quant in FORWARD_QUANT) else None,
         enable_prefix_caching=None if caching is None else bool(caching),
         enable_chunked_prefill=None if chunked is None else bool(chunked),
         version=release,
@@ -276,6 +281,7 @@ def _vllm_flags(row: dict, release: str, model: ModelSpec) -> tuple[VllmFlags, d
         enforce_eager=bool(_flag(eager)) if eager is not None else False,
         allow_long_max_model_len=True,
         lora=_lora(given),
+        bnb_compute="model" if _UNSLOTH_LINE_RE.search(raw) else "bfloat16",
         **spec,
     )
     return flags, {"quantization": quant}

@@ -1,9 +1,11 @@
 """vLLM's memory mechanisms beyond the budget formula: CUDA-graph capture sizes, mxfp4 padding, the vision
-encoder's profiling, non-torch memory by GPU class, and the sampler warm-up after the KV cache."""
+encoder's profiling, non-torch memory by GPU class, the sampler warm-up after the KV cache, and bitsandbytes'
+4-bit forward."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -14,12 +16,14 @@ from kvplan.engines.vllm_memory import (
     CONTEXT_BYTES,
     CONTEXT_FIXED_BYTES,
     NON_TORCH,
+    bnb_4bit_forward_bytes,
     cuda_context_bytes,
     non_torch_class,
     non_torch_for,
 )
 from kvplan.engines.vllm_mxfp4 import FLASHINFER_TRTLLM, MARLIN, TRITON, backend_for, expert_bytes_per_rank
 from kvplan.engines.vllm_versions import rules_for
+from kvplan.errors import KvplanError
 from kvplan.hardware.gpus import find_gpu
 from kvplan.sources.resolve import resolve_model
 from kvplan.units import GiB
@@ -297,3 +301,38 @@ def test_vllm_runtime_bitsandbytes_is_4bit_not_tgis_int8():
     bnb = plan_vllm(m, VllmFlags(max_model_len=8192, version="0.19", quantization="bitsandbytes"), find_gpu("L4"))
     saved = plain.stages[0].memory.weights_bytes - bnb.stages[0].memory.weights_bytes
     assert saved == linear * 2 - linear // 2 - linear // 64 * 4
+
+
+def test_bitsandbytes_4bit_forward_holds_the_shard_and_its_dequantised_weight():
+    # _apply_4bit_weight at the down projection (Qwen2.5-VL-7B: hidden 3,584, MLP 18,944), 16,384 tokens:
+    # the shard's result 16,384 x 3,584 x 2 B = 117,440,512 B beside the preallocated output, and the
+    # dequantised weight 3,584 x 18,944 x 2 B = 135,790,592 B: 253,231,104 B. Stock vLLM computes in
+    # bfloat16, so a float16 model also holds a bf16 copy of the input: + 16,384 x 18,944 x 2 = 620,756,992 B.
+    vl = _model("Qwen/Qwen2.5-VL-7B-Instruct")
+    unsloth = bnb_4bit_forward_bytes(vl, compute="model", dtype="float16", tp=1, tokens=16384)
+    assert unsloth == 117_440_512 + 135_790_592 == 253_231_104
+    assert bnb_4bit_forward_bytes(vl, compute="bfloat16", dtype="float16", tp=1, tokens=16384) == \
+        253_231_104 + 620_756_992
+    # A bfloat16 model makes no copy either way; tp 2 halves the MLP: 3,584 x 9,472 x 2 B = 67,895,296 B.
+    assert bnb_4bit_forward_bytes(vl, compute="bfloat16", dtype="bfloat16", tp=1, tokens=16384) == 253_231_104
+    assert bnb_4bit_forward_bytes(vl, compute="model", dtype="float16", tp=2, tokens=16384) == \
+        117_440_512 + 67_895_296
+    # Fused MoE experts under bitsandbytes are not this path.
+    assert bnb_4bit_forward_bytes(_model("Qwen/Qwen3-30B-A3B"), compute="model", dtype="bfloat16", tp=1,
+                                  tokens=8192) == 0
+
+
+def test_unsloth_qwen25_vl_t4_activation_as_logged():
+    # Unsloth's Qwen2.5-VL-7B GRPO notebook on a T4 (V0 0.9.2, bitsandbytes, float16, 1 sequence) prints
+    # "PyTorch activation peak memory takes 2.71GiB". The language model's 16,384-token forward with the
+    # embeddings and pixels held (2,534,626,295 B, test above) plus the bitsandbytes terms computed in the
+    # model dtype (253,231,104 B): 2,787,857,399 B = 2.60 GiB. Stock vLLM's bf16 copy would make it 3.17 GiB.
+    vl = _model("Qwen/Qwen2.5-VL-7B-Instruct")
+    flags = VllmFlags(max_model_len=16384, max_num_batched_tokens=2048, max_num_seqs=1, dtype="float16",
+                      version="0.9.2", use_v1=False, quantization="bitsandbytes", bnb_compute="model")
+    act = plan_vllm(vl, flags, find_gpu("T4")).stages[0].memory.activation_peak_bytes
+    assert act == 2_534_626_295 + 253_231_104
+    stock = plan_vllm(vl, replace(flags, bnb_compute="bfloat16"), find_gpu("T4"))
+    assert stock.stages[0].memory.activation_peak_bytes == act + 620_756_992
+    with pytest.raises(KvplanError, match="engine.bnb_compute"):
+        plan_vllm(vl, replace(flags, bnb_compute="fp16"), find_gpu("T4"))

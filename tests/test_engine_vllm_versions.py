@@ -11,6 +11,7 @@ from kvplan.engines.vllm_memory import CONTEXT_BYTES
 from kvplan.engines.vllm_versions import NEWEST, RULES, parse_release, rules_for
 from kvplan.errors import FieldError
 from kvplan.hardware.gpus import custom_gpu, find_gpu
+from kvplan.model.specs import QuantSpec
 from kvplan.sources.resolve import resolve_model
 from kvplan.units import GiB
 from tests.conftest import run_cli
@@ -120,6 +121,9 @@ CHANGES = [
     ("0.26.0", "0.27.0", "v1_budget", "snapshot", "consumed"),
     ("0.27.1", "0.28.0", "blackwell_1024", False, True),
     ("0.27.1", "0.28.0", "combined_kv_line", False, True),
+    # vllm/model_executor/layers/quantization/__init__.py: "bitsandbytes" is in QuantizationMethods at 0.27.1,
+    # gone at 0.28.0 (with the module bitsandbytes.py).
+    ("0.27.1", "0.28.0", "bitsandbytes", True, False),
 ]
 
 
@@ -309,3 +313,15 @@ def test_check_reads_no_enable_chunked_prefill(runner, tmp_path):
         "            - driver: nvidia\n              count: 1\n              capabilities: [gpu]\n")
     r = run_cli(runner, "check", str(deploy), "--gpu", "H100", "--offline")
     assert r.exit_code == 1 and "is smaller than max_model_len" in " ".join(r.stdout.split())
+
+
+def test_bitsandbytes_is_refused_from_028():
+    # 0.28's ModelConfig rejects the method ("Unknown quantization method: bitsandbytes"), for a flag on a plain
+    # checkpoint as for a bitsandbytes checkpoint; 0.27.1 loads it.
+    model = _model("meta-llama/Llama-3.1-8B-Instruct")
+    plan_vllm(model, VllmFlags(max_model_len=8192, version="0.27.1", quantization="bitsandbytes"), find_gpu("L4"))
+    with pytest.raises(FieldError, match="no bitsandbytes quantization"):
+        plan_vllm(model, VllmFlags(max_model_len=8192, version="0.28", quantization="bitsandbytes"), find_gpu("L4"))
+    checkpoint = dataclasses.replace(model, quant=QuantSpec("bitsandbytes", 4, group_size=64, scale_bytes=4))
+    with pytest.raises(FieldError, match="no bitsandbytes quantization"):
+        plan_vllm(checkpoint, VllmFlags(max_model_len=8192, version="current"), find_gpu("L4"))

@@ -24,6 +24,7 @@ from kvplan.engines.vllm_kv import KvCacheLayout, VllmLayerSpec, kv_cache_layout
 from kvplan.engines.vllm_log import log_lines
 from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.engines.vllm_memory import (
+    BNB_COMPUTE,
     NO_SPLIT,
     StageMemory,
     WeightSplit,
@@ -84,6 +85,9 @@ class VllmFlags:
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     split: WeightSplit = NO_SPLIT  # expert parallel and CPU offload (vllm_memory.WeightSplit)
     lora: LoraSlots | None = None  # --enable-lora with --max-loras / --max-lora-rank (vllm_lora)
+    # The dtype bitsandbytes 4-bit layers compute in: "bfloat16" (vLLM's own) or "model" (Unsloth's patched
+    # vLLM, which an Unsloth log shows by its "Unsloth:" lines); vllm_memory.bnb_4bit_forward_bytes.
+    bnb_compute: str = "bfloat16"
 
     def validate(self) -> VllmRules:
         rules = rules_for(self.version)
@@ -123,6 +127,8 @@ class VllmFlags:
             raise FieldError("engine.usage", f"must be one of {', '.join(USAGES)}", self.usage)
         if self.install not in INSTALLS:
             raise FieldError("engine.install", f"must be one of {', '.join(INSTALLS)}", self.install)
+        if self.bnb_compute not in BNB_COMPUTE:
+            raise FieldError("engine.bnb_compute", f"must be one of {', '.join(BNB_COMPUTE)}", self.bnb_compute)
         return rules
 
 
@@ -540,6 +546,11 @@ def plan_vllm(
     if model.quant is not None and model.quant.method == "mxfp4" and not rules.mxfp4:
         raise FieldError("engine.version", f"vLLM {f.version} cannot load mxfp4 weights (0.10.1 and later)",
                          f.version)
+    bnb = (model.quant.method if model.quant is not None else f.quantization or "").startswith("bitsandbytes")
+    if bnb and not rules.bitsandbytes:
+        # vllm/config/model.py 0.28: "Unknown quantization method: bitsandbytes. Must be one of [...]"
+        raise FieldError("engine.version", f"vLLM {f.version} has no bitsandbytes quantization (0.27 is the "
+                         "last release with it)", f.version)
     memories = stage_memory(
         model, dtype=f.dtype, tp=f.tp, pp=f.pp, quantization=VLLM_RUNTIME.get(f.quantization or "", f.quantization),
         max_num_batched_tokens=f.max_num_batched_tokens, max_num_seqs=f.max_num_seqs, non_torch=non_torch,
@@ -548,6 +559,7 @@ def plan_vllm(
         checkpoint_bytes=checkpoint_bytes, split=flags.split, mxfp4_backend=mxfp4,
         lora=flags.lora, lora_extra_vocab=rules.lora_extra_vocab,
         draft=model.mtp.param_groups if f.num_speculative_tokens and model.mtp is not None else (),
+        bnb_compute=flags.bnb_compute,
     )
     stage_layers = pp_stage_layers(model.num_layers, f.pp)
     modes = capture_sizes(rules, f.engine, gpu, max_num_seqs=f.max_num_seqs,

@@ -349,9 +349,37 @@ def moe_workspace_bytes(model: ModelSpec, *, dtype: str, tp: int, max_num_batche
     return rows * (max(inter, model.hidden_size) + max(2 * inter, model.hidden_size)) * weight_dtype_bytes(dtype)
 
 
+# bitsandbytes 4-bit layers compute in bfloat16 (stock vLLM) or in the model's dtype (Unsloth's patch).
+BNB_COMPUTE = ("bfloat16", "model")
+
+
+def bnb_4bit_forward_bytes(model: ModelSpec, *, compute: str, dtype: str, tp: int, tokens: int) -> int:
+    """What bitsandbytes 4-bit linears add to the forward's peak on one rank, beyond a plain matmul.
+
+    vLLM's BitsAndBytesLinearMethod._apply_4bit_weight (0.6-0.27) allocates the layer's whole output first and
+    runs each shard as bitsandbytes' MatMul4Bit: F.linear on dequantize_4bit(shard), whose result is then
+    copied into that output. At the forward's peak, the down projection (gate/up and the activation still
+    held), the shard's result (tokens x hidden) and the dequantised weight (hidden x intermediate / tp) sit
+    beside the output the plain path writes. Stock vLLM computes in bfloat16: for any other model dtype it
+    also holds a bfloat16 copy of the input (tokens x intermediate / tp). Unsloth's patched vLLM
+    (unsloth_zoo patch_vllm_bitsandbytes) computes in the model's dtype, so it makes no copy. Qwen2.5-VL-7B
+    in float16 under Unsloth, 16,384 tokens: 16,384 x 3,584 x 2 B = 112 MiB + 3,584 x 18,944 x 2 B = 130 MiB.
+    Dense MLPs only: a bitsandbytes MoE runs fused experts, not modelled here (0).
+    """
+    if model.geometry.moe is not None:
+        return 0
+    c = weight_dtype_bytes(dtype) if compute == "model" else 2
+    inter = cdiv(model.intermediate_size or 4 * model.hidden_size, tp)
+    extra = tokens * model.hidden_size * c + model.hidden_size * inter * c
+    if compute == "bfloat16" and serving_dtype(dtype) != "bfloat16":
+        extra += tokens * inter * 2
+    return extra
+
+
 def activation_peak_bytes(
     model: ModelSpec, *, dtype: str, tp: int, max_num_batched_tokens: int, max_num_seqs: int, runs_sampler: bool,
     sampler: str = "triton", encoder: EncoderProfile | None = None, moe_workspace_kept: bool = True,
+    bnb_4bit: str | None = None,
 ) -> int:
     """The torch peak of vLLM's profiling run on one rank (see the coefficients above).
 
@@ -359,7 +387,7 @@ def activation_peak_bytes(
     encoder's part of the run on this rank; its embeddings stay cached while the forward and the sampler run.
     `moe_workspace_kept`: the fused-MoE scratch outlives the forward (0.14+: the workspace manager keeps it),
     so it adds to the sampler's peak; before, fused_experts allocates it per call and it adds to the
-    forward's only.
+    forward's only. `bnb_4bit`: the model's linears are bitsandbytes 4-bit, computed in BNB_COMPUTE's dtype.
     """
     if encoder is not None and encoder.lm_tokens is not None and encoder.lm_rows is not None:
         # V0: the multimodal prompts set the language model's forward and the sampler's rows (vllm_encoder).
@@ -367,6 +395,8 @@ def activation_peak_bytes(
     b = weight_dtype_bytes(dtype)
     inter = (model.intermediate_size or 4 * model.hidden_size) / tp
     forward = FWD_BASE_BYTES + FWD_PER_TOKEN_WIDTH * max_num_batched_tokens * b * (inter + model.hidden_size)
+    if bnb_4bit is not None:
+        forward += bnb_4bit_forward_bytes(model, compute=bnb_4bit, dtype=dtype, tp=tp, tokens=max_num_batched_tokens)
     moe = moe_workspace_bytes(model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens)
     kept = moe if moe_workspace_kept else 0
     peak = forward + moe - kept
@@ -400,15 +430,19 @@ def stage_memory(
     lora: LoraSlots | None = None,
     lora_extra_vocab: int = 0,
     draft: tuple[ParamGroup, ...] = (),
+    bnb_compute: str = "bfloat16",
 ) -> tuple[StageMemory, ...]:
     """Weights, activation peak and non-torch memory on a rank of each pipeline stage.
 
     The vision encoder runs on the first stage (it makes the input embeddings), the sampler on the last.
     `lora`: LoRA slots, with the release's extra vocabulary rows (vllm_lora). `draft`: an MTP block's
     parameter groups, loaded on the last stage beside the model (its embeddings and head are the model's).
+    `bnb_compute`: the dtype bitsandbytes 4-bit layers compute in (BNB_COMPUTE).
     """
     elem = weight_dtype_bytes(dtype)
     quant = model.quant or (runtime_quant(quantization) if quantization else None)
+    bnb_4bit = bnb_compute if quant is not None and quant.method.startswith("bitsandbytes") and \
+        quant.weight_bits == 4 else None
     draft_bytes = sum(_group_rank_bytes(g, quant, elem, model.vocab_size, split.ranks_for(g, tp)) for g in draft)
     stages = pp_stage_layers(model.num_layers, pp)
     weights = weights_per_stage(
@@ -433,7 +467,7 @@ def stage_memory(
                 activation_peak_bytes=activation_peak_bytes(
                     model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
                     max_num_seqs=max_num_seqs, runs_sampler=last, sampler=sampler, encoder=enc,
-                    moe_workspace_kept=moe_workspace_kept,
+                    moe_workspace_kept=moe_workspace_kept, bnb_4bit=bnb_4bit,
                 ),
                 non_torch=non_torch,
                 non_torch_bytes=non_torch.charged(charge_context),

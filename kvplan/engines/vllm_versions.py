@@ -73,6 +73,7 @@ class VllmRules:
     kv_cache_dtypes: tuple[str, ...] = ("auto", "fp8", "fp8_e5m2", "fp8_e4m3")  # [1.12]
     mla_latent: bool = False  # MLA caches the compressed latent (0.7.1+), not per-head K/V [1.9]
     mxfp4: bool = False  # gpt-oss mxfp4 MoE weights load (0.10.1+) [1.10]
+    bitsandbytes: bool = True  # bitsandbytes weights load (0.6-0.27; 0.28 drops the method) [1.19]
     kv_cache_memory_option: bool = False  # --kv-cache-memory-bytes exists (0.10.2+) [1.2]
     mamba_dtype_options: bool = False  # --mamba-cache-dtype and --mamba-ssm-cache-dtype exist (0.10.1+) [1.9]
     combined_kv_line: bool = False  # "GPU KV cache size" and "Maximum concurrency" on one line (0.28+) [1.8]
@@ -159,8 +160,8 @@ def _changes() -> tuple[VllmRules, ...]:
            nemotron_ssm_default="float32")
     change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len)", v1_tokens_rule="concurrency")
     change((0, 27, 0), "non-KV memory = drop in free memory + transient peak (same terms)", v1_budget="consumed")
-    change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line",
-           blackwell_1024=True, combined_kv_line=True)
+    change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line; "
+           "no bitsandbytes", blackwell_1024=True, combined_kv_line=True, bitsandbytes=False)
     return tuple(out)
 
 
