@@ -94,6 +94,9 @@ class Case:
     # The checkpoint's weights are neither in the config nor in the log: only mode A (the block, token and
     # concurrency arithmetic from the logged KV memory) is compared; no verdict, no mode-B error.
     a_only: bool = False
+    # Memory another process holds on each GPU, as the thread states it (`other_process_gib`, or another vLLM
+    # instance's `other_process_utilization` x the card's total): planned with --gpu-memory-in-use.
+    in_use_bytes: int = 0
     skip: str | None = None
 
     @property
@@ -253,8 +256,9 @@ def _vllm_flags(row: dict, release: str, model: ModelSpec) -> tuple[VllmFlags, d
     else:
         use_v1 = None
     serve = "non-default args" in raw or "api_server" in raw or "vllm serve" in raw
-    # The image (kvplan's default) unless the log shows a wheel install; it decides 0.8-0.11's sampler.
-    install = install_shown(raw) or "image"
+    # The image (kvplan's default) unless the log, or the record from the thread's environment, shows a wheel
+    # install; it decides 0.8-0.11's sampler.
+    install = install_shown(raw) or row.get("install") or "image"
     eager = given.get("enforce_eager", cfg.get("enforce_eager"))
     kv_dtype = row.get("kv_cache_dtype") or given.get("kv_cache_dtype") or cfg.get("kv_cache_dtype") or "auto"
     caching = _flag(given.get("enable_prefix_caching"))
@@ -333,6 +337,7 @@ def _case(row: dict, split: str, logs: Path, aliases: dict) -> Case:
     if gpu is None:
         return replace(case, model=model, skip="GPU not named and no total logged")
     flags, seen = _vllm_flags(row, release, model)
+    case = replace(case, in_use_bytes=_in_use(row, gpu))
     quantized_variant = relation == "quantized variant" or _other_quantization(seen["quantization"], model)
     unknown = ("checkpoint quantization not in the config" if quantized_variant else
                "checkpoint not named" if relation == "uncertain" else None)
@@ -343,6 +348,18 @@ def _case(row: dict, split: str, logs: Path, aliases: dict) -> Case:
                        gpu_from_total=from_total)
     return replace(case, model=model, gpu=gpu, flags=flags, weights_from_log=bool(quantized_variant),
                    version_inferred=inferred, gpu_from_total=from_total)
+
+
+def _in_use(row: dict, gpu: GpuSpec) -> int:
+    """Bytes another process holds on the GPU, from the record: a printed figure, else another vLLM instance's
+    --gpu-memory-utilization times the card's total. That instance's footprint is its budget: it returns its
+    profiling peak to the driver and adds its CUDA graphs, a few hundred MiB either way, far less than the
+    margins these failures show (a 0.2 instance beside another 0.2 one on a 44.4 GiB L40S)."""
+    if row.get("other_process_gib") is not None:
+        return round(row["other_process_gib"] * GiB)
+    if row.get("other_process_utilization") is not None:
+        return round(row["other_process_utilization"] * gpu.total_memory_bytes)
+    return 0
 
 
 def _other_quantization(flag: str | None, model: ModelSpec) -> bool:
@@ -390,13 +407,14 @@ def evaluate(cases: list[Case]) -> tuple[list[Result], list[Case]]:
             continue
         assert c.model is not None and c.gpu is not None and c.flags is not None
         try:
-            b = plan_vllm(c.model, c.flags, c.gpu, profile=_weights_profile(c))
+            b = plan_vllm(c.model, c.flags, c.gpu, profile=_weights_profile(c), in_use_bytes=c.in_use_bytes)
         except KvplanError as exc:
             skipped.append(replace(c, skip=f"kvplan cannot evaluate: {str(exc)[:90]}"))
             continue
         logged_av = c.row.get("available_kv_gib")
         shift = 0 if logged_av is None else round(logged_av * GiB) - b.first_rank_available_kv_bytes
-        a = plan_vllm(c.model, c.flags, c.gpu, profile=_weights_profile(c), available_shift_bytes=shift)
+        a = plan_vllm(c.model, c.flags, c.gpu, profile=_weights_profile(c), available_shift_bytes=shift,
+                      in_use_bytes=c.in_use_bytes)
         tokens = _logged_tokens(c.row, c.flags)
         errors = {
             "available": pct(b.first_rank_available_kv_bytes / GiB, logged_av) if logged_av and logged_av > 0 else None,
@@ -517,7 +535,8 @@ def _per_log(results: list[Result]) -> list[str]:
              "GiB as logged / predicted (rank 0). Marks: ~ release inferred by the collector, T GPU from the "
              "logged total, W weights from the log (the config lacks the checkpoint's quantization), "
              "R config stands in for the checkpoint (relation in configs/aliases.json), A weights unknown (neither "
-             "config nor log): only tokens given the logged KV memory (mode A) are compared.", "",
+             "config nor log): only tokens given the logged KV memory (mode A) are compared, O another process holds "
+             "memory on the GPU (as the thread states it; planned with --gpu-memory-in-use).", "",
              "| split | log | GPU | release | outcome / predicted | weights | activation | available KV | "
              "tokens (B) | concurrency |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -526,7 +545,7 @@ def _per_log(results: list[Result]) -> list[str]:
         m = b.stages[0].memory
         marks = "".join(x for x, on in (("~", c.version_inferred), ("T", c.gpu_from_total), ("W", c.weights_from_log),
                                          ("R", c.relation not in ("library", "verbatim", "re-upload")),
-                                         ("A", c.a_only)) if on)
+                                         ("A", c.a_only), ("O", c.in_use_bytes > 0)) if on)
         predicted = "-" if c.a_only else b.refusal.code if b.refusal else "fits"
         tokens = _logged_tokens(row, c.flags) if c.flags else None
         shown = r.a if c.a_only else b  # mode A's figures where the deployment's weights are unknown
@@ -593,7 +612,8 @@ def to_json(results: list[Result], skipped: list[Case]) -> dict[str, Any]:
                                      "predicted": round(r.b.first_rank_available_kv_bytes / GiB, 4)},
                 "errors_pct": {k: None if v is None else round(v, 3) for k, v in r.errors.items()},
                 "marks": {"release_inferred": r.case.version_inferred, "gpu_from_total": r.case.gpu_from_total,
-                          "weights_from_log": r.case.weights_from_log, "config_relation": r.case.relation},
+                          "weights_from_log": r.case.weights_from_log, "config_relation": r.case.relation,
+                          "gpu_in_use_bytes": r.case.in_use_bytes},
             }
             for r in results
         ],

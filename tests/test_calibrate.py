@@ -200,6 +200,11 @@ def test_reads_the_engine_and_what_the_log_shows_of_flashinfer():
         "PyTorch-native implementation of top-p & top-k sampling.": "wheel",
         "Config file not found at ['/home/u/hw3/.venv/lib/python3.12/site-packages/vllm/model_executor/layers/"
         "fused_moe/configs/E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3.json']": "wheel",
+        # a conda environment (vllm-project/vllm#27508's traceback) is a pip install too; the image's own path is not
+        "(EngineCore_DP0 pid=6880)   File \"/opt/conda/envs/vllm_env/lib/python3.13/site-packages/vllm/v1/core/"
+        "kv_cache_utils.py\", line 1243, in get_kv_cache_configs": "wheel",
+        "ERROR 11-18 18:07:28 engine.py:366]   File \"/usr/local/lib/python3.12/dist-packages/vllm/worker/worker.py\", "
+        "line 493, in raise_if_cache_size_invalid": None,
         "INFO 06-16 14:13:11 [api_server.py:1896] vLLM API server version 0.10.2": None,
     }
     for line, install in shown.items():

@@ -83,6 +83,41 @@ def test_mxfp4_backends_by_gpu():
     assert backend_for(H100) is TRITON and backend_for(find_gpu("H200")) is TRITON
     assert backend_for(find_gpu("B200")) is FLASHINFER_TRTLLM
     assert backend_for(find_gpu("A100-80GB")) is MARLIN and backend_for(find_gpu("L4")) is MARLIN
+    # Without OpenAI's triton_kernels (a 0.10.2-0.11 wheel) Hopper falls back to Marlin; a Blackwell without
+    # FlashInfer takes Triton where it can.
+    assert backend_for(H100, triton_kernels=False, flashinfer=False) is MARLIN
+    assert backend_for(find_gpu("B200"), triton_kernels=True, flashinfer=False) is TRITON
+
+
+@pytest.mark.parametrize(("version", "install", "backend"), [
+    ("0.10.1", "image", "marlin"),  # torch 2.7.1: the Triton path needs 2.8
+    ("0.10.2", "image", "triton"),  # the image installs triton_kernels
+    ("0.11.0", "wheel", "marlin"),  # the wheel does not depend on it
+    ("0.12.0", "wheel", "triton"),  # vendored in vllm/third_party from 0.12
+])
+def test_mxfp4_backend_by_release_and_install(version, install, backend):
+    r = plan_vllm(GPT_OSS, VllmFlags(max_model_len=8192, version=version, install=install), H100)
+    triton = plan_vllm(GPT_OSS, VllmFlags(max_model_len=8192, version="0.19"), H100).stages[0].memory.weights_bytes
+    # Marlin pads H to 3,072 and I to 2,944 (above); Triton keeps H and swizzles: their expert bytes differ
+    # by 11,083,579,392 - 10,988,421,120 = 95,158,272 B for gpt-oss-20b at tp 1.
+    assert r.stages[0].memory.weights_bytes - triton == (95_158_272 if backend == "marlin" else 0)
+
+
+def test_gpt_oss_120b_wheel_on_h100_as_logged():
+    # vllm-project/vllm#27508: gpt-oss-120b on one H100, a pip install of 0.11 (a conda env), --gpu-memory-
+    # utilization 0.95 --max-num-batched-tokens 1024, logged "Available KV cache memory: 1.71 GiB". A wheel has
+    # neither FlashInfer (the sampler sorts 1,024 rows x 201,088 logits with PyTorch: 38 B each, 7.29 GiB) nor
+    # triton_kernels (Marlin weights, 65.91 GiB; the 0.10.1 Marlin log of the same model prints 65.97):
+    # 0.95 x 79.19 GiB - 65.91 - 7.31 - 0.25 non-torch = 1.76 GiB.
+    model = _model("openai/gpt-oss-120b")
+    flags = VllmFlags(max_model_len=131072, version="0.11.0", install="wheel", gpu_memory_utilization=0.95,
+                      max_num_batched_tokens=1024)
+    r = plan_vllm(model, flags, H100)
+    assert round(r.first_rank_available_kv_bytes / GiB, 2) == 1.76
+    assert r.refusal is not None and r.refusal.code == "one_request"  # 131,072 tokens need 4.54 GiB
+    # The image (FlashInfer's sampler, Triton weights) would have left 6.9 GiB and started.
+    image = plan_vllm(model, replace(flags, install="image"), H100)
+    assert image.refusal is None and image.first_rank_available_kv_bytes > 6.8 * GiB
 
 
 def test_mxfp4_expert_bytes():

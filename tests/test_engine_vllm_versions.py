@@ -121,6 +121,12 @@ CHANGES = [
     ("0.26.0", "0.27.0", "v1_budget", "snapshot", "consumed"),
     ("0.27.1", "0.28.0", "blackwell_1024", False, True),
     ("0.27.1", "0.28.0", "combined_kv_line", False, True),
+    # mxfp4's Triton backend on Hopper: 0.10.1 asks for torch >= 2.8 (it pins 2.7.1); 0.10.2-0.11 for the
+    # optional triton_kernels package (quantization/mxfp4.py get_mxfp4_backend); 0.12 vendors it
+    # (vllm/third_party/triton_kernels, utils/import_utils.py has_triton_kernels) and depends on FlashInfer.
+    ("0.10.1", "0.10.2", "mxfp4_triton", "none", "package"),
+    ("0.11.2", "0.12.0", "mxfp4_triton", "package", "vendored"),
+    ("0.11.2", "0.12.0", "flashinfer_dependency", False, True),
     # vllm/model_executor/layers/quantization/__init__.py: "bitsandbytes" is in QuantizationMethods at 0.27.1,
     # gone at 0.28.0 (with the module bitsandbytes.py).
     ("0.27.1", "0.28.0", "bitsandbytes", True, False),

@@ -111,7 +111,10 @@ def test_every_entry_says_which_figure_it_holds(gpu: GpuSpec):
 def test_unsourced_and_stand_in_figures_are_labelled():
     assert find_gpu("RTX 6000 Ada").memory_kind == "nominal"
     assert "not measured" in find_gpu("RTX 6000 Ada").memory_source
-    assert find_gpu("H100 PCIe").memory_kind == "nominal"
+    # The H100 PCIe reports the SXM card's totalGlobalMem and nvidia-smi total, so it takes the SXM's CUDA total.
+    pcie, sxm = find_gpu("H100 PCIe"), find_gpu("h100")
+    assert (pcie.memory_kind, pcie.total_memory_bytes, pcie.smi_total_bytes) == \
+        ("cuda", sxm.total_memory_bytes, 81_559 * MiB)
     assert find_gpu("H100 NVL").memory_kind == "nvidia-smi"
     assert find_gpu("L4").memory_kind == "cuda"
     assert find_gpu("h100").memory_kind == "vllm-log"

@@ -138,6 +138,12 @@ def _resolve_model(log: StartupLog, model: str | None, offline: bool) -> tuple[M
     return None, f"the model resolves nowhere ({'; '.join(errors)}); give a Hub id, library name or config with --model"
 
 
+def _cards_printing(value: float, resolution: float) -> list[GpuSpec]:
+    """Catalog cards whose CUDA total prints as `value` at the log's `resolution`."""
+    return [g for g in all_gpus() if g.memory_kind in ("cuda", "vllm-log")
+            and abs(g.total_memory_bytes - value) <= resolution / 2]
+
+
 def _gpu(log: StartupLog, gpu: str | GpuSpec | None) -> tuple[GpuSpec | None, str | None]:
     if isinstance(gpu, GpuSpec):
         return gpu, None
@@ -152,9 +158,10 @@ def _gpu(log: StartupLog, gpu: str | GpuSpec | None) -> tuple[GpuSpec | None, st
     total = log.get("total")
     if total is not None:
         # A card whose CUDA total prints as the logged figure (H100 SXM: 85,028,372,480 B -> "79.19 GiB").
-        cards = [g for g in all_gpus() if g.memory_kind in ("cuda", "vllm-log")
-                 and abs(g.total_memory_bytes - total.value) <= total.resolution / 2]
-        if len(cards) == 1:
+        cards = _cards_printing(total.value, total.resolution)
+        # One card, or cards with one and the same total (the H100 PCIe reports the SXM's): the catalog's first
+        # (the note names the others).
+        if len({g.total_memory_bytes for g in cards}) == 1:
             return cards[0], None
         return custom_gpu(total.as_int, name="this box"), None
     return None, "the log names no GPU and prints no total memory: give the GPU with --gpu"
@@ -459,7 +466,11 @@ def calibrate(log: StartupLog, *, model: str | None = None, gpu: str | GpuSpec |
             checks.append(SettingCheck(key, float(logged), None if value is None else float(value)))
     if d is not None and d.gpu.key != "this box" and log.get("total") is not None and not gpu \
             and not log.settings.device_name:
-        notes.append(f"the GPU is taken to be {d.gpu.key}: its CUDA total prints as the logged one")
+        total = log.get("total")
+        assert total is not None
+        others = [g.key for g in _cards_printing(total.value, total.resolution) if g.key != d.gpu.key]
+        also = f" (so does {', '.join(others)}'s: give --gpu to plan that card)" if others else ""
+        notes.append(f"the GPU is taken to be {d.gpu.key}: its CUDA total prints as the logged one{also}")
     if d is not None:
         notes.append(f"planned as {d.model.name} on {d.gpu.key}, tp {d.parallelism.tp} x pp {d.parallelism.pp}, "
                      f"{d.max_model_len:,} tokens per request")

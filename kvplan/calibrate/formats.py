@@ -16,7 +16,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "vllm": ("vLLM", "LLM engine", "Model loading took", "Loading model weights took", "Available KV cache memory",
              "GPU KV cache size", "GPU blocks", "cuda blocks", "Maximum concurrency for", "non-default args",
              "gpu_memory_utilization", "reserved for KV Cache", "max seq len", "KV cache is needed",
-             "EngineCore", "cache blocks", "warming up sampler"),
+             "EngineCore", "cache blocks", "warming up sampler", "desired GPU memory utilization"),
     "sglang": ("sglang", "Load weight begin", "Load weight end", "KV Cache is allocated", "max_total_num_tokens",
                "Memory pool end", "ServerArgs(", "mem_fraction_static", "Capture cuda graph"),
 }

@@ -110,12 +110,13 @@ _VERSION = (
 )
 _ENGINE = re.compile(r"Initializing an? (V[01]) LLM engine")
 # What the log shows of FlashInfer (V1 0.8-0.11 sample with it whenever it is importable): its sampler in use
-# (the vllm/vllm-openai image ships it), or missing or declined, as a plain wheel install runs; a virtual
-# environment's site-packages is a pip/uv install of the wheel.
+# (the vllm/vllm-openai image ships it), or missing or declined, as a plain wheel install runs. A traceback
+# through site-packages/vllm/ is a pip/uv install of the wheel (a venv, a conda env such as
+# /opt/conda/envs/x/lib/python3.13/site-packages); the image installs into /usr/local/lib/python3.x/dist-packages.
 _INSTALL = (
     (re.compile(r"Using FlashInfer for top-p & top-k sampling"), "image"),
     (re.compile(r"FlashInfer is not available|sampler is disabled because FlashInfer"), "wheel"),
-    (re.compile(r"(?:\.venv|/venv|/envs)/lib/python[\d.]+/site-packages/vllm/"), "wheel"),
+    (re.compile(r"/lib/python[\d.]+/site-packages/vllm/"), "wheel"),
 )
 _ARGS = re.compile(r"non-default args: (\{.*)")
 _NAMESPACE = re.compile(r"args: Namespace\((.*)")

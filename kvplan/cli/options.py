@@ -148,7 +148,8 @@ VllmInstall = Annotated[
     str | None,
     typer.Option(
         "--vllm-install",
-        help="image (vllm/vllm-openai, the default) or wheel (pip): sets the 0.8-0.11 sampler's peak.",
+        help="image (vllm/vllm-openai, the default) or wheel (pip): the 0.8-0.11 sampler's peak and the "
+        "0.10-0.11 mxfp4 kernels.",
         rich_help_panel=VLLM,
     ),
 ]

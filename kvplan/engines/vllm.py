@@ -542,7 +542,10 @@ def plan_vllm(
         encoder = encoder_profile(model, dtype_bytes=dtype_bytes, max_num_batched_tokens=f.max_num_batched_tokens,
                                   max_num_seqs=f.max_num_seqs, max_model_len=f.max_model_len,
                                   pixels_in_model_dtype=rules.pixels_in_model_dtype)
-    mxfp4 = backend_for(gpu) if rules.mxfp4 else None
+    # A wheel install before 0.12 has neither triton_kernels nor FlashInfer; the image has both (0.10.2+).
+    triton_kernels = rules.mxfp4_triton == "vendored" or (rules.mxfp4_triton == "package" and f.install == "image")
+    flashinfer = rules.flashinfer_dependency or f.install == "image"
+    mxfp4 = backend_for(gpu, triton_kernels=triton_kernels, flashinfer=flashinfer) if rules.mxfp4 else None
     if model.quant is not None and model.quant.method == "mxfp4" and not rules.mxfp4:
         raise FieldError("engine.version", f"vLLM {f.version} cannot load mxfp4 weights (0.10.1 and later)",
                          f.version)

@@ -34,19 +34,23 @@ MARLIN = Mxfp4Backend("marlin", 128, 256)
 FLASHINFER_TRTLLM = Mxfp4Backend("flashinfer-trtllm", 256, 256)
 ROCM = Mxfp4Backend("rocm", 256, 256)
 
-# vLLM 0.19's priority (_get_priority_backends): FlashInfer TRT-LLM on SM100, CK on ROCm, Triton on SM90,
-# Marlin on the rest (Ampere and Ada have no Triton mxfp4 kernel).
+# vLLM's choice (quantization/mxfp4.py get_mxfp4_backend, 0.10.1-0.18; fused_moe/oracle/mxfp4.py, 0.19):
+# FlashInfer TRT-LLM on SM100 where FlashInfer is importable, CK on ROCm, Triton on SM90-SM10x where OpenAI's
+# triton_kernels is, Marlin on the rest (Ampere and Ada have no Triton mxfp4 kernel). vllm_versions says which
+# installs have FlashInfer and triton_kernels in each release.
 _HOPPER = ("H100", "H200", "H20", "GH200")
 _BLACKWELL = ("B200", "GB200", "B300", "GB300")
 
 
-def backend_for(gpu: GpuSpec) -> Mxfp4Backend:
+def backend_for(gpu: GpuSpec, *, triton_kernels: bool = True, flashinfer: bool = True) -> Mxfp4Backend:
+    """The backend `gpu` gets, given whether triton_kernels and FlashInfer are importable (an H100 on a 0.11
+    wheel has neither: Marlin)."""
     key = gpu.key.upper()
     if gpu.vendor == "amd":
         return ROCM
-    if key.startswith(_BLACKWELL):
+    if key.startswith(_BLACKWELL) and flashinfer:
         return FLASHINFER_TRTLLM
-    if key.startswith(_HOPPER):
+    if key.startswith(_HOPPER + _BLACKWELL) and triton_kernels:
         return TRITON
     return MARLIN
 

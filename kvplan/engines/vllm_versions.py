@@ -73,6 +73,11 @@ class VllmRules:
     kv_cache_dtypes: tuple[str, ...] = ("auto", "fp8", "fp8_e5m2", "fp8_e4m3")  # [1.12]
     mla_latent: bool = False  # MLA caches the compressed latent (0.7.1+), not per-head K/V [1.9]
     mxfp4: bool = False  # gpt-oss mxfp4 MoE weights load (0.10.1+) [1.10]
+    # Where mxfp4's Triton backend (OpenAI's triton_kernels) comes from on Hopper/Blackwell [1.10]: "none" (0.10.1
+    # pins torch 2.7.1, below the 2.8 it needs), "package" (0.10.2-0.11: the optional triton_kernels package, in
+    # the image, not a dependency of the wheel), "vendored" (0.12+: vllm/third_party/triton_kernels).
+    mxfp4_triton: str = "none"
+    flashinfer_dependency: bool = False  # the vllm wheel itself depends on FlashInfer (0.12+) [1.5, 1.10]
     bitsandbytes: bool = True  # bitsandbytes weights load (0.6-0.27; 0.28 drops the method) [1.19]
     kv_cache_memory_option: bool = False  # --kv-cache-memory-bytes exists (0.10.2+) [1.2]
     mamba_dtype_options: bool = False  # --mamba-cache-dtype and --mamba-ssm-cache-dtype exist (0.10.1+) [1.9]
@@ -131,14 +136,17 @@ def _changes() -> tuple[VllmRules, ...]:
            kv_cache_dtypes=("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"))
     change((0, 10, 1), "gpt-oss mxfp4 MoE; --mamba-cache-dtype, --mamba-ssm-cache-dtype", mxfp4=True,
            mamba_dtype_options=True)
-    change((0, 10, 2), "capture sizes step 16 above 256; --kv-cache-memory-bytes", capture_rule="v1_2seqs_16",
-           kv_cache_memory_option=True)
+    change((0, 10, 2), "capture sizes step 16 above 256; --kv-cache-memory-bytes; torch 2.8 (mxfp4 Triton where "
+           "triton_kernels is installed)", capture_rule="v1_2seqs_16", kv_cache_memory_option=True,
+           mxfp4_triton="package")
     change((0, 11, 0), "V1 only; FULL_AND_PIECEWISE CUDA graphs; the worker's snapshot after the communicators",
            v0_available=False, full_graphs=True, snapshot_after_comms=True)
     change((0, 11, 1), "defaulted tokens capped at seqs x len, seqs at tokens; V1 chunked prefill can be "
            "turned off", batch_caps=True, v1_chunked_optional=True)
     change((0, 12, 0), "FlashInfer sampler opt-in (PyTorch sort in the image too); block size 256; bfloat16 KV; "
-           "no LoRA extra vocabulary", image_sampler=None, lora_extra_vocab=0, block_sizes=(1, 8, 16, 32, 64, 128, 256),
+           "no LoRA extra vocabulary; FlashInfer and triton_kernels in every install", image_sampler=None,
+           lora_extra_vocab=0, block_sizes=(1, 8, 16, 32, 64, 128, 256), mxfp4_triton="vendored",
+           flashinfer_dependency=True,
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"))
     change((0, 13, 0), "Nemotron-H's SSM state: the config's mamba_ssm_cache_dtype, else float16",
            nemotron_ssm_default="float16")

@@ -96,6 +96,11 @@ _A = "amd"
 # [arxiv-confi]: https://github.com/sungwon-chae/arxiv_confi/blob/3906c481ed03deeb5ce0b4db322c77bdc44416ad/
 #   etu_logging.md (8 x "NVIDIA H200 (139.8 GB)", then torch's OOM message)
 # [kvplan-h200]: benchmarks/results/gpu/cuda_facts.json (this project's own run, 2026-11-30)
+# [thamada-dq]: https://github.com/thamada/nvidia-smi/blob/HEAD/nvsim/H100SXMx8_deviceQuery.py (deviceQuery of
+#   8 x "NVIDIA H100 80GB HBM3": "81106 MBytes (85045477376 bytes)", 132 SMs)
+# [h100pcie-query]: a published nvidia-smi / nvaccelinfo print of two "NVIDIA H100 PCIe" (driver 565.57.01,
+#   2025-01-20: 81559MiB each; "Global Memory Size: 85045477376", 114 multiprocessors), held in the stored code
+#   index, which does not name its repository
 
 # Bandwidth figures below are only those gpus.md gives; "secondary" means a page quoting the vendor
 # figure that gpus.md could not check against the datasheet.
@@ -109,11 +114,16 @@ _CATALOG: tuple[GpuSpec, ...] = (
          "h100-mega-80gb", "nvidia-h100-mega-80gb"),
         _N, _tb_per_s("3.35"), "secondary [manning]",
     ),
+    # H100 PCIe: its device query gives totalGlobalMem 85,045,477,376 B, byte for byte the H100 SXM's
+    # (81,106 MB in deviceQuery), and nvidia-smi 81,559 MiB, again the SXM's; so the CUDA total vLLM sees is
+    # taken to be the SXM's exact mem_get_info total (16 MiB below totalGlobalMem on that card).
     GpuSpec(
         "H100-PCIE", "NVIDIA H100 PCIe 80GB", ("NVIDIA H100 PCIe",),
-        80 * GiB, "nominal: 80 GB HBM2e [milic]; no CUDA or nvidia-smi total found",
+        H100_SXM_CUDA_TOTAL_BYTES,
+        "cuda: the H100 SXM's total; the same totalGlobalMem 85,045,477,376 B (PCIe: nvaccelinfo"
+        " [h100pcie-query], SXM: deviceQuery [thamada-dq]) and nvidia-smi 81,559 MiB [h100pcie-query]",
         ("H100-PCIE-80GB", "H100-80GB-PCIE"),
-        _N, _tb_per_s("2"), "secondary: reseller page quoting NVIDIA [milic]",
+        _N, _tb_per_s("2"), "secondary: reseller page quoting NVIDIA [milic]", nvidia_smi_bytes=81_559 * MiB,
     ),
     GpuSpec(
         "H100-NVL", "NVIDIA H100 NVL 94GB", ("NVIDIA H100 NVL",),
