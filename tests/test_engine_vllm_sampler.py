@@ -133,3 +133,20 @@ def test_notes_say_what_kvplan_assumes_of_the_box():
     assert "planned as the vllm/vllm-openai image" in notes("0.10.2")
     assert "from the pip wheel has no FlashInfer" in notes("0.10.2", install="wheel")
     assert "FlashInfer" not in notes("0.19")
+
+
+def test_notes_name_the_mxfp4_kernels_an_install_gets():
+    from kvplan.api import EstimateRequest, GpuChoice, ModelSource, estimate
+    from kvplan.capacity.deployment import Workload
+    from kvplan.engines.vllm_engine import VllmOptions
+
+    def notes(version: str, install: str = "image") -> str:
+        r = estimate(EstimateRequest(ModelSource("openai/gpt-oss-20b", offline=True), Workload(max_model_len=8192),
+                                     gpu=GpuChoice(("H100",)), engine=VllmOptions(version=version, install=install)))
+        return " ".join(r.results[0].verdict.account.notes)
+
+    # A 0.11 wheel has no triton_kernels (Marlin); the image does; 0.12 vendors them, so no note there.
+    assert "loads the mxfp4 experts for marlin" in notes("0.11.0", install="wheel")
+    assert "mxfp4 experts" not in notes("0.11.0") and "mxfp4 experts" not in notes("0.12.0", install="wheel")
+    # 0.10.1's torch 2.7.1 takes Marlin in the image too.
+    assert "loads the mxfp4 experts for marlin" in notes("0.10.1")

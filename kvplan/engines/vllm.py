@@ -33,7 +33,7 @@ from kvplan.engines.vllm_memory import (
     num_experts,
     stage_memory,
 )
-from kvplan.engines.vllm_mxfp4 import backend_for
+from kvplan.engines.vllm_mxfp4 import Mxfp4Backend, release_backend
 from kvplan.engines.vllm_profile import ProfileUse, apply_profile
 from kvplan.engines.vllm_versions import VllmRules, engine_for, rules_for
 from kvplan.errors import FieldError, InputError
@@ -45,7 +45,8 @@ from kvplan.units import GiB
 
 USAGES = ("serve", "llm")  # `vllm serve` (OPENAI_API_SERVER) or the LLM class (LLM_CLASS)
 # How vLLM is installed: the vllm/vllm-openai image (FlashInfer included) or the vllm wheel (pip, uv; without
-# FlashInfer before 0.12). Before 0.12 it decides V1's sampler, and with it the profiled activation peak.
+# FlashInfer before 0.12). Before 0.12 it decides V1's sampler, and with it the profiled activation peak, and
+# from 0.10.2 to 0.11 whether gpt-oss's mxfp4 experts load for Triton (the image's triton_kernels) or Marlin.
 INSTALLS = ("image", "wheel")
 
 
@@ -507,6 +508,14 @@ def _moe_workspace_kept(f: ResolvedFlags) -> bool:
     return f.engine == "v1" and f.rules.moe_workspace_kept
 
 
+def mxfp4_backend(rules: VllmRules, install: str, gpu: GpuSpec) -> Mxfp4Backend | None:
+    """The kernels gpt-oss's mxfp4 experts load for in this release and install; None before 0.10.1."""
+    if not rules.mxfp4:
+        return None
+    return release_backend(gpu, triton=rules.mxfp4_triton, flashinfer_dependency=rules.flashinfer_dependency,
+                           install=install)
+
+
 def plan_vllm(
     model: ModelSpec,
     flags: VllmFlags,
@@ -542,10 +551,7 @@ def plan_vllm(
         encoder = encoder_profile(model, dtype_bytes=dtype_bytes, max_num_batched_tokens=f.max_num_batched_tokens,
                                   max_num_seqs=f.max_num_seqs, max_model_len=f.max_model_len,
                                   pixels_in_model_dtype=rules.pixels_in_model_dtype)
-    # A wheel install before 0.12 has neither triton_kernels nor FlashInfer; the image has both (0.10.2+).
-    triton_kernels = rules.mxfp4_triton == "vendored" or (rules.mxfp4_triton == "package" and f.install == "image")
-    flashinfer = rules.flashinfer_dependency or f.install == "image"
-    mxfp4 = backend_for(gpu, triton_kernels=triton_kernels, flashinfer=flashinfer) if rules.mxfp4 else None
+    mxfp4 = mxfp4_backend(rules, f.install, gpu)
     if model.quant is not None and model.quant.method == "mxfp4" and not rules.mxfp4:
         raise FieldError("engine.version", f"vLLM {f.version} cannot load mxfp4 weights (0.10.1 and later)",
                          f.version)

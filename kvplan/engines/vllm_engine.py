@@ -10,10 +10,11 @@ from typing import ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal, check_counts
-from kvplan.engines.vllm import INSTALLS, USAGES, VllmFlags, VllmReport, plan_vllm
+from kvplan.engines.vllm import INSTALLS, USAGES, VllmFlags, VllmReport, mxfp4_backend, plan_vllm
 from kvplan.engines.vllm_calibration import calibration_for
 from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.engines.vllm_memory import StageMemory, WeightSplit
+from kvplan.engines.vllm_mxfp4 import release_backend
 from kvplan.engines.vllm_versions import VllmRules, engine_for, rules_for
 from kvplan.errors import FieldError
 from kvplan.model.specs import ModelSpec
@@ -176,7 +177,7 @@ def _notes(d: Deployment, r: VllmReport) -> list[str]:
     f = r.flags
     layout = r.stages[r.limiting_stage].layout
     out = []
-    if f.engine == "v1":
+    if f.engine == "v1" and r.num_blocks > 0:
         out.append(f"1 of vLLM's {r.num_blocks:,} blocks is its null block, which no request can use")
     elif any(k in d.model.layer_kinds() for k in ("sliding_window", "chunked_local")):
         out.append(f"vLLM {f.version}'s V0 engine caches every token in sliding-window layers too")
@@ -230,6 +231,13 @@ def _notes(d: Deployment, r: VllmReport) -> list[str]:
                    if f.install == "image" else
                    f"vLLM {f.version} from the pip wheel has no FlashInfer: its sampler sorts with PyTorch, a larger "
                    "peak than the vllm/vllm-openai image's")
+    mxfp4 = mxfp4_backend(f.rules, f.install, r.gpu)
+    if d.model.quant is not None and d.model.quant.method == "mxfp4" and mxfp4 is not None and \
+            f.rules.mxfp4_triton != "vendored" and mxfp4.name != release_backend(
+                r.gpu, triton="vendored", flashinfer_dependency=True, install=f.install).name:
+        out.append(f"vLLM {f.version} as installed ({f.install}) loads the mxfp4 experts for {mxfp4.name}: OpenAI's "
+                   "triton_kernels come with the vllm/vllm-openai image from 0.10.2 and with every install from "
+                   "0.12 (0.10.1's torch 2.7.1 is below what they need)")
     warm = r.warmup
     if warm is not None and r.refusal is None:
         out.append(f"the sampler warm-up after the KV cache ({warm.rows:,} rows) needs {fmt_gib(warm.need_bytes)} "

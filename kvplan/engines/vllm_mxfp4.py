@@ -42,6 +42,14 @@ _HOPPER = ("H100", "H200", "H20", "GH200")
 _BLACKWELL = ("B200", "GB200", "B300", "GB300")
 
 
+def release_backend(gpu: GpuSpec, *, triton: str, flashinfer_dependency: bool, install: str) -> Mxfp4Backend:
+    """The backend a release installed as `install` ("image" or "wheel") gives `gpu`; `triton` and
+    `flashinfer_dependency` are the release's rules (VllmRules.mxfp4_triton, .flashinfer_dependency): before
+    0.12 a wheel has neither triton_kernels nor FlashInfer, the image both (0.10.2+)."""
+    return backend_for(gpu, triton_kernels=triton == "vendored" or (triton == "package" and install == "image"),
+                       flashinfer=flashinfer_dependency or install == "image")
+
+
 def backend_for(gpu: GpuSpec, *, triton_kernels: bool = True, flashinfer: bool = True) -> Mxfp4Backend:
     """The backend `gpu` gets, given whether triton_kernels and FlashInfer are importable (an H100 on a 0.11
     wheel has neither: Marlin)."""
