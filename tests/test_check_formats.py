@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from kvplan.check.files import read_paths
+from kvplan.check.invocation import PipVllm
 from tests.conftest import REPO, run_cli
 
 DATA = REPO / "tests" / "data" / "deploy"
@@ -111,6 +112,32 @@ def test_skypilot_multinode() -> None:
     # `if [ rank == 0 ]; then vllm serve ...`: tp = GPUs per node (8), pp = $SKYPILOT_NUM_NODES (2).
     assert (r.tensor_parallel_size, r.pipeline_parallel_size, r.pods_per_instance, r.num_gpus) == (8, 2, 2, 16)
     assert (r.kv_cache_dtype, r.line_of("--pipeline-parallel-size")) == ("fp8", 17)
+
+
+def test_skypilot_pip_installed_vllm_is_the_wheel_at_its_pin(runner) -> None:
+    # `pip install vllm==0.11.0` in setup: planned as 0.11.0 from the wheel, which has neither FlashInfer (the
+    # sampler sorts 1,024 x 201,088 logits with PyTorch, 7.31 GiB) nor triton_kernels (Marlin's 65.91 GiB): at
+    # 0.9 x 79.19 GiB that leaves no KV memory (-2.20 GiB, as vllm-project/vllm#27508 logged on such a box). The
+    # image of 0.11.0 would have 2.9 GiB left, enough for one 32,768-token request.
+    (r,) = read("skypilot-gpt-oss-pip.yaml")
+    assert (r.engine_version, r.engine_install) == ("0.11.0", "wheel")
+    assert any("pip-installed by the file's own script" in n for n in r.notes)
+    code, results = verdicts(runner, DATA / "skypilot-gpt-oss-pip.yaml")
+    assert results["skypilot-gpt-oss-pip[H100:1]"]["verdict"] == "does_not_fit" and code == 1
+
+
+def test_pip_vllm_reads_the_requirement_and_its_pin() -> None:
+    from kvplan.check.invocation import pip_vllm
+
+    assert pip_vllm("pip install -U pip\npip install vllm==0.10.1 hf_transfer") == PipVllm("0.10.1")
+    assert pip_vllm("uv pip install 'vllm[flashinfer]==0.10.2' --torch-backend=auto") == \
+        PipVllm("0.10.2", ("flashinfer",))
+    assert pip_vllm("pip install vllm && vllm serve Qwen/Qwen3-8B") == PipVllm(None)
+    # FlashInfer as an extra makes the sampler the image's: neither install fits, so none is claimed.
+    assert PipVllm("0.10.2", ("flashinfer",)).install is None and PipVllm(None).install == "wheel"
+    # Other packages, and vllm named outside a pip command, are not an install of vLLM.
+    assert pip_vllm("pip install vllm-router lmcache") is None
+    assert pip_vllm("python -m vllm.entrypoints.openai.api_server --model x") is None
 
 
 # --- the vLLM project's Helm chart --------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import re
 from dataclasses import field, replace
 
 from kvplan.check.flags import ParsedArgs, bool_word
-from kvplan.check.invocation import unexpanded
+from kvplan.check.invocation import PipVllm, unexpanded
 from kvplan.check.model import DeploymentRequest, IgnoredFlag, Location, Unresolved
 from kvplan.check.templates import find_template, unmask
 from kvplan.engines.vllm_speculative import speculative_options
@@ -198,15 +198,23 @@ def build_request(
     engine_version: str | None = None,
     env: dict[str, str] | None = None,
     model_line: int | None = None,
+    pip: PipVllm | None = None,
 ) -> DeploymentRequest:
     """Map flags to fields. `model_hint` = (value, where) used when the command line names no model.
 
     `default_gpu` fills in a GPU type the file does not state; `kvplan check --gpu` overrides the file
-    later, in one place (readers.finish), for every format alike.
+    later, in one place (readers.finish), for every format alike. `pip`: the file's own script pip-installs
+    vLLM: its pin is the release (over an image tag, which it reinstalls), and the install is the wheel.
     """
     engine = parsed.engine
     names = _FIELDS[engine]
     out = _Collect(list(unresolved), list(notes) + list(parsed.notes) + list(hardware.notes))
+    if pip is not None and engine == "vllm":
+        release = f"vLLM {pip.version}" if pip.version else "vLLM (no release pinned)"
+        out.notes.append(f"{release} pip-installed by the file's own script: planned as the wheel, which before 0.12 "
+                         "has neither FlashInfer nor OpenAI's triton_kernels" if pip.install == "wheel" else
+                         f"{release}[{','.join(pip.extras)}] pip-installed by the file's own script: planned as the "
+                         "image (FlashInfer's sampler)")
     out.unresolved.extend(hardware.unresolved)
     lines: dict[str, int] = dict(hardware.lines)
     for (flag, _), line in zip(parsed.flags, parsed.flag_lines, strict=True):
@@ -378,7 +386,8 @@ def build_request(
         if "mamba_cache_dtype" in names else None,
         mamba_ssm_cache_dtype=_plain(text("mamba_ssm_cache_dtype"), "mamba_ssm_cache_dtype", names, site, out)
         if "mamba_ssm_cache_dtype" in names else None,
-        engine_version=engine_version,
+        engine_version=(pip.version if pip is not None and pip.version else engine_version),
+        engine_install=pip.install if pip is not None and engine == "vllm" else None,
         gpu_memory_bytes=hardware.gpu_memory_bytes,
         speculative=speculative,
         ignored_flags=_ignored(parsed, read=("speculative-config",) if speculative else ()),

@@ -41,7 +41,7 @@ def required_requests(req: DeploymentRequest) -> int:
 
 
 def _vllm_version(req: DeploymentRequest, default: str) -> str:
-    """The release the image tag names, when kvplan models it; else the command's --vllm-version."""
+    """The release the image tag or the script's pip pin names, when kvplan models it; else --vllm-version."""
     if req.engine_version:
         try:
             VllmOptions(version=req.engine_version).validate()
@@ -57,6 +57,7 @@ def _engine_options(req: DeploymentRequest, vllm_version: str) -> Any:
     builders: dict[str, Callable[[], Any]] = {
         "vllm": lambda: VllmOptions(
             version=_vllm_version(req, vllm_version),
+            install=req.engine_install or "image",
             gpu_memory_utilization=req.gpu_memory_utilization,
             block_size=req.block_size,
             max_num_seqs=cap,

@@ -74,7 +74,8 @@ def fix_text(req: DeploymentRequest, fix: Fix) -> str:
     """A fix as one line: `set --tensor-parallel-size 4 and --kv-cache-dtype fp8 (fits on 4 GPUs)`."""
     words = [change_words(req, c.field, c.shown_value, fix.verdict.gpus_per_instance) for c in fix.changes]
     gpus = fix.verdict.total_gpus
-    where = f"fits on {gpus} GPU{'s' if gpus > 1 else ''}, up to {fix.verdict.max_requests:,} requests at once"
+    n = fix.verdict.max_requests
+    where = f"fits on {gpus} GPU{'s' if gpus > 1 else ''}, up to {n:,} request{'s' if n != 1 else ''} at once"
     return f"set {' and '.join(words)} ({where})"
 
 

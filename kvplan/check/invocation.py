@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from kvplan.records import dataclass
 
@@ -37,6 +38,37 @@ _VERSION_RE = re.compile(r"(?:^|[^0-9])v?(\d+)\.(\d+)(?:\.(\d+))?")
 _DLC_VERSION_RE = re.compile(r"-(?:cu\d+|rocm\d+)\.(\d+)-(\d+)(?:-(\d+))?\.")  # GCP: ...-cu124.2-3.ubuntu2204
 
 
+# `pip install ... vllm==0.10.1 ...` / `uv pip install "vllm[flashinfer]"`: a command of a script, up to the next
+# separator, and a requirement word naming vLLM with its extras and pinned release.
+_PIP_RE = re.compile(r"\b(?:uv\s+)?pip3?\s+install\b([^\n;&|]*)")
+_VLLM_REQ_RE = re.compile(r"""^['"]?vllm(?:\[([^\]]*)\])?(?:==([0-9][\w.+-]*))?['"]?$""")
+
+
+@dataclass(frozen=True)
+class PipVllm:
+    """vLLM pip-installed by the file's own script: the vllm wheel, at the pinned release if any."""
+
+    version: str | None
+    extras: tuple[str, ...] = ()
+
+    @property
+    def install(self) -> str | None:
+        """kvplan's --vllm-install for it: "wheel", or None where the `flashinfer` extra adds what the image has
+        (its sampler), though not OpenAI's triton_kernels: neither install describes it."""
+        return None if "flashinfer" in self.extras else "wheel"
+
+
+def pip_vllm(script: str) -> PipVllm | None:
+    """The vLLM a shell script installs with pip or uv, if it installs one."""
+    for command in _PIP_RE.finditer(script):
+        for word in command.group(1).split():
+            found = _VLLM_REQ_RE.match(word)
+            if found:
+                extras = tuple(e.strip() for e in (found.group(1) or "").split(",") if e.strip())
+                return PipVllm(found.group(2), extras)
+    return None
+
+
 @dataclass(frozen=True)
 class Invocation:
     """The engine a container runs and the words after its program name."""
@@ -47,6 +79,7 @@ class Invocation:
     positional_model: bool  # whether the first positional is the model (`vllm serve MODEL`)
     argv_lines: tuple[int | None, ...] = ()  # the file line of each word of argv, when known
     notes: tuple[str, ...] = ()
+    pip: PipVllm | None = None  # the container's own script pip-installs vLLM
 
 
 def expand_k8s(text: str, env: Mapping[str, str]) -> str:
@@ -116,6 +149,15 @@ def find_invocation(
     command = [expand_k8s(str(w), env) for w in command]
     args = [expand_k8s(str(w), env) for w in args]
     words = command + args
+    found = _find(words, command, args, image, env, command_lines, args_lines)
+    pip = pip_vllm("\n".join(words))
+    return replace(found, pip=pip) if found is not None and pip is not None else found
+
+
+def _find(
+    words: list[str], command: list[str], args: list[str], image: str | None, env: Mapping[str, str],
+    command_lines: Sequence[int | None], args_lines: Sequence[int | None],
+) -> Invocation | None:
     lines = _pad(command_lines, len(command)) + _pad(args_lines, len(args))
     if command:
         return _from_words(words, lines, env)

@@ -102,7 +102,8 @@ class DeploymentRequest:
     mamba_cache_dtype: str | None = None  # vLLM --mamba-cache-dtype (a hybrid's conv state)
     mamba_ssm_cache_dtype: str | None = None  # vLLM --mamba-ssm-cache-dtype (its SSM / recurrent state)
     speculative: tuple[str, int] | None = None  # vLLM --speculative-config with method mtp: (method, tokens)
-    engine_version: str | None = None  # from the image tag, e.g. "0.10.1" (vllm/vllm-openai:v0.10.1)
+    engine_version: str | None = None  # from the image tag, e.g. "0.10.1" (vllm/vllm-openai:v0.10.1), or a pip pin
+    engine_install: str | None = None  # vLLM's --vllm-install: "wheel" where the file's own script pip-installs it
     # Hardware as resolved against the catalog (or --gpu-mem): the key and the memory the figures use.
     gpu_key: str | None = None
     gpu_memory_bytes: int | None = None

@@ -12,7 +12,7 @@ import shlex
 from typing import Any
 
 from kvplan.check.build import Hardware, Site, build_request
-from kvplan.check.invocation import expand_shell, find_invocation
+from kvplan.check.invocation import expand_shell, find_invocation, image_version
 from kvplan.check.loader import Document
 from kvplan.check.model import DeploymentRequest, Location, Unresolved
 from kvplan.check.readers.k8s import GPU_ANNOTATION, MODEL_ANNOTATION, dig, engine_args, mapping, scalar_word, sequence
@@ -71,7 +71,8 @@ def compose_requests(doc: Document, data: Any) -> list[DeploymentRequest]:
                             replicas=replicas if isinstance(replicas, int) and replicas > 0 else 1)
         hint = (env["MODEL_ID"], "environment MODEL_ID") if inv.engine == "tgi" and "MODEL_ID" in env else None
         requests.append(build_request(site, engine_args(inv, env), hardware, positional_model=inv.positional_model,
-                                      model_hint=hint, model_override=labels.get(MODEL_ANNOTATION)))
+                                      model_hint=hint, model_override=labels.get(MODEL_ANNOTATION),
+                                      engine_version=image_version(image), pip=inv.pip))
     return requests
 
 

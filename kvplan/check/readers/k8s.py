@@ -280,7 +280,8 @@ def pod_requests(
         requests.append(
             build_request(site, parsed, hardware, positional_model=inv.positional_model, model_hint=hint,
                           model_override=model_override, engine_version=image_version(_text(container.get("image"))),
-                          env=env, model_line=env_lines(container.get("env")).get("MODEL_ID") if hint else None)
+                          env=env, model_line=env_lines(container.get("env")).get("MODEL_ID") if hint else None,
+                          pip=inv.pip)
         )
     return requests
 

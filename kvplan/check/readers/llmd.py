@@ -129,6 +129,7 @@ def _container(doc: Document, values: Any, role: str, spec: Any, container: Any,
         parsed = parse_args("vllm", argv, lines=argv_lines)
         positional = command == "vllmServe"
         version = image_version(image)
+        pip = None
     else:
         inv = find_invocation([scalar_word(w) for w in sequence(container.get("command"))],
                               [scalar_word(w) for w in sequence(container.get("args"))], image, env,
@@ -139,6 +140,7 @@ def _container(doc: Document, values: Any, role: str, spec: Any, container: Any,
                               "run vllm serve (modelCommand: vllmServe) or a vLLM / SGLang command")
         parsed, positional, version = engine_args(inv, env, env_lines(container.get("env"))), inv.positional_model, \
             image_version(image)
+        pip = inv.pip
     count, count_unresolved = gpu_count(container.get("resources"), doc.templates, site.render_fix, lines)
     if count is None and command in ("vllmServe", "imageDefault"):
         count, count_unresolved = dpl * tp, []  # the chart fills the limit in from parallelism
@@ -163,4 +165,4 @@ def _container(doc: Document, values: Any, role: str, spec: Any, container: Any,
                         tuple(gpu_notes), missing or "no GPU type in the values (acceleratorTypes, nodeSelector)",
                         gpus_per_pod=count, pods_per_instance=pods, replicas=replicas, lines=tuple(lines.items()))
     return build_request(site, parsed, hardware, positional_model=positional, notes=tuple(notes + role_notes),
-                         engine_version=version, env=env)
+                         engine_version=version, env=env, pip=pip)

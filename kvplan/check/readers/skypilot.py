@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvplan.check.build import Hardware, Site, build_request
-from kvplan.check.invocation import find_invocation
+from kvplan.check.invocation import find_invocation, pip_vllm
 from kvplan.check.loader import Document
 from kvplan.check.model import DeploymentRequest, Location, Unresolved
 from kvplan.check.readers.k8s import engine_args, key_line, mapping, scalar_word, sequence
@@ -112,4 +112,7 @@ def _one(doc: Document, task: Any, task_name: str, choice: Choice, nodes: int, r
                         None if count is None else count * nodes, tuple(unresolved), tuple(notes),
                         "the task names no accelerators", gpus_per_pod=count, pods_per_instance=nodes,
                         replicas=replicas, lines=tuple(lines.items()))
-    return [build_request(site, engine_args(inv, env), hardware, positional_model=inv.positional_model, env=env)]
+    # The task's setup installs what run serves: a pip-installed vLLM there is the wheel, at its pin.
+    pip = pip_vllm(f"{scalar_word(task.get('setup') or '')}\n{run}")
+    return [build_request(site, engine_args(inv, env), hardware, positional_model=inv.positional_model, env=env,
+                          pip=pip)]
