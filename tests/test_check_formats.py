@@ -126,6 +126,17 @@ def test_skypilot_pip_installed_vllm_is_the_wheel_at_its_pin(runner) -> None:
     assert results["skypilot-gpt-oss-pip[H100:1]"]["verdict"] == "does_not_fit" and code == 1
 
 
+def test_ray_runtime_env_pip_pins_the_release(tmp_path) -> None:
+    # Ray Serve LLM installs runtime_env.pip for the replica; the {packages: [...]} form too.
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        "applications:\n  - name: app\n    import_path: ray.serve.llm:build_openai_app\n    args:\n"
+        "      llm_configs:\n        - model_loading_config: {model_id: q, model_source: Qwen/Qwen2.5-7B-Instruct}\n"
+        "          accelerator_type: L4\n          runtime_env: {pip: {packages: [\"vllm==0.10.2\", ray]}}\n")
+    (r,) = read_paths([str(config)]).requests
+    assert (r.engine_version, r.engine_install) == ("0.10.2", "wheel")
+
+
 def test_pip_vllm_reads_the_requirement_and_its_pin() -> None:
     from kvplan.check.invocation import pip_vllm
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from kvplan.check.build import Hardware, Site, build_request
 from kvplan.check.flags import parse_args
+from kvplan.check.invocation import pip_vllm
 from kvplan.check.loader import Document, load_documents
 from kvplan.check.model import DeploymentRequest, Location, Unresolved
 from kvplan.check.readers.k8s import dig, gpu_count, gpu_type, key_line, line_of, mapping, scalar_word, sequence
@@ -115,7 +116,12 @@ def _llm_config(doc: Document, config: Any, app: str, workers: Hardware | None) 
                         lines=tuple(lines.items()))
     env = {str(k): scalar_word(v) for k, v in mapping(dig(config, "runtime_env", "env_vars")).items()}
     hint = (scalar_word(source), "model_loading_config") if source else None
-    return build_request(site, parsed, hardware, model_hint=hint,
+    # runtime_env.pip (a list, or {packages: [...]}) installs packages for the replica: a vllm requirement there
+    # is the wheel, at its pin.
+    spec = dig(config, "runtime_env", "pip")
+    packages = sequence(spec) or sequence(mapping(spec).get("packages"))
+    pip = pip_vllm("pip install " + " ".join(scalar_word(p) for p in packages)) if packages else None
+    return build_request(site, parsed, hardware, model_hint=hint, pip=pip,
                          env=env, model_line=key_line(loading, "model_source") or key_line(loading, "model_id"))
 
 
