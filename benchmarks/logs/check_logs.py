@@ -59,6 +59,7 @@ GPU_KEYS = {
     "RTX-5090",
     "RTX-6000-ADA",
     "RTX-A6000",
+    "RTX-A5000",
     "MI300X",
     "MI325X",
     "MI355X",

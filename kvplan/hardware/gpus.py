@@ -98,6 +98,9 @@ _A = "amd"
 # [kvplan-h200]: benchmarks/results/gpu/cuda_facts.json (this project's own run, 2026-11-30)
 # [thamada-dq]: https://github.com/thamada/nvidia-smi/blob/HEAD/nvsim/H100SXMx8_deviceQuery.py (deviceQuery of
 #   8 x "NVIDIA H100 80GB HBM3": "81106 MBytes (85045477376 bytes)", 132 SMs)
+# [a5000-query]: a published device query of an "NVIDIA RTX A5000" ("Total amount of global memory: 24226 MBytes
+#   (25402343424 bytes)", 64 multiprocessors, compute 8.6) in a CUDA teaching page held in the stored code index,
+#   which does not name its repository
 # [h100pcie-query]: a published nvidia-smi / nvaccelinfo print of two "NVIDIA H100 PCIe" (driver 565.57.01,
 #   2025-01-20: 81559MiB each; "Global Memory Size: 85045477376", 114 multiprocessors), held in the stored code
 #   index, which does not name its repository
@@ -328,6 +331,12 @@ _CATALOG: tuple[GpuSpec, ...] = (
         _N,
     ),
     GpuSpec(
+        "RTX-A5000", "NVIDIA RTX A5000 24GB GDDR6", ("NVIDIA RTX A5000",),
+        25_402_343_424, "cuda: device query 24,226 MBytes (25,402,343,424 B), 64 SMs [a5000-query]",
+        ("A5000", "RTXA5000"),
+        _N,
+    ),
+    GpuSpec(
         "MI300X", "AMD Instinct MI300X 192GB HBM3", ("AMD Instinct MI300X",),
         8 * 25_767_706_624,
         "kfd: rocminfo size_in_bytes 25,767,706,624 B per CPX partition × 8 [rocm#4750]",
@@ -355,7 +364,7 @@ COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {
     "T4": (7, 5),
     **dict.fromkeys(("A100-80GB", "A100-80GB-PCIE", "A100-40GB", "A100-40GB-PCIE", "A800-80GB", "A800-80GB-PCIE",
                      "A30"), (8, 0)),
-    **dict.fromkeys(("A10G", "A10", "A40", "RTX-3090", "RTX-A6000"), (8, 6)),
+    **dict.fromkeys(("A10G", "A10", "A40", "RTX-3090", "RTX-A6000", "RTX-A5000"), (8, 6)),
     **dict.fromkeys(("L4", "L40", "L20", "L40S", "RTX-4090", "RTX-6000-ADA"), (8, 9)),
     **dict.fromkeys(("H100-80GB", "H100-PCIE", "H100-NVL", "H200", "GH200-96GB", "GH200-144GB", "H20", "H800"),
                     (9, 0)),
@@ -372,7 +381,7 @@ SM_COUNT: dict[str, int] = {
     "T4": 40,
     **dict.fromkeys(("A100-80GB", "A100-80GB-PCIE", "A100-40GB", "A100-40GB-PCIE", "A800-80GB", "A800-80GB-PCIE"),
                     108),
-    "A30": 56, "A10G": 80, "A10": 72, "A40": 84, "RTX-3090": 82, "RTX-A6000": 84,
+    "A30": 56, "A10G": 80, "A10": 72, "A40": 84, "RTX-3090": 82, "RTX-A6000": 84, "RTX-A5000": 64,
     "L4": 58, "L40": 142, "L40S": 142, "L20": 92, "RTX-4090": 128, "RTX-6000-ADA": 142,
     **dict.fromkeys(("H100-80GB", "H100-NVL", "H200", "GH200-96GB", "GH200-144GB", "H800"), 132),
     "H100-PCIE": 114, "H20": 78,
