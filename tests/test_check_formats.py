@@ -126,6 +126,22 @@ def test_skypilot_pip_installed_vllm_is_the_wheel_at_its_pin(runner) -> None:
     assert results["skypilot-gpt-oss-pip[H100:1]"]["verdict"] == "does_not_fit" and code == 1
 
 
+def test_a_container_that_pip_installs_vllm_runs_the_wheel(tmp_path) -> None:
+    # A plain Python image whose shell command installs vLLM first: the pin is the release, the install the wheel.
+    # Over the vllm/vllm-openai image the same pin reinstalls vLLM, so it wins over the tag.
+    manifest = tmp_path / "pod.yaml"
+    pod = ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  annotations: {{kvplan.io/gpu: L4}}\nspec:\n"
+           "  containers:\n    - name: vllm\n      image: {image}\n"
+           "      command: [\"bash\", \"-c\",\n"
+           "                \"pip install vllm==0.10.2 && vllm serve Qwen/Qwen3-8B --max-model-len 8192\"]\n"
+           "      resources: {{limits: {{nvidia.com/gpu: 1}}}}\n")
+    manifest.write_text(pod.format(name="plain", image="python:3.12") + "---\n"
+                        + pod.format(name="tagged", image="vllm/vllm-openai:v0.9.2"))
+    plain, tagged = read_paths([str(manifest)]).requests
+    assert (plain.engine_version, plain.engine_install) == ("0.10.2", "wheel")
+    assert (tagged.engine_version, tagged.engine_install) == ("0.10.2", "wheel")
+
+
 def test_ray_runtime_env_pip_pins_the_release(tmp_path) -> None:
     # Ray Serve LLM installs runtime_env.pip for the replica; the {packages: [...]} form too.
     config = tmp_path / "serve.yaml"
