@@ -210,11 +210,12 @@ def build_request(
     names = _FIELDS[engine]
     out = _Collect(list(unresolved), list(notes) + list(parsed.notes) + list(hardware.notes))
     if pip is not None and engine == "vllm":
-        release = f"vLLM {pip.version}" if pip.version else "vLLM (no release pinned)"
+        extras = f"[{','.join(pip.extras)}]" if pip.extras else ""
+        release = f"vLLM{extras} {pip.version}" if pip.version else f"vLLM{extras} (no release pinned)"
         out.notes.append(f"{release} pip-installed by the file's own script: planned as the wheel, which before 0.12 "
                          "has neither FlashInfer nor OpenAI's triton_kernels" if pip.install == "wheel" else
-                         f"{release}[{','.join(pip.extras)}] pip-installed by the file's own script: planned as the "
-                         "image (FlashInfer's sampler)")
+                         f"{release} pip-installed by the file's own script: planned as the image (FlashInfer's "
+                         "sampler)")
     out.unresolved.extend(hardware.unresolved)
     lines: dict[str, int] = dict(hardware.lines)
     for (flag, _), line in zip(parsed.flags, parsed.flag_lines, strict=True):
