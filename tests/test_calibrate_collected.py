@@ -19,6 +19,8 @@ FILES = ("vllm-h100-0.19.jsonl", "vllm.jsonl", "sglang.jsonl", "trtllm.jsonl")
 EXCERPT_SHORT = {
     "vllm17431-qwen3-8b-a800-v1-kvoom": "other_failure",  # kv_oom is the title; the excerpt is cut before it
     "vllm33155-gpt-oss-120b-h100-0.14.1-oom": "unknown",  # the title says OOM; the excerpt stops at torch.compile
+    # the poster says OOM in CUDA-graph capture; the excerpt shows the worker's exception, not its message
+    "vllm17327-qwen3-30b-a3b-4xa10-tp4-0.8.5-cudagraph-oom": "other_failure",
 }
 
 

@@ -99,7 +99,8 @@ FAILURES = (
     (re.compile(r"CUDA out of memory occurred when warming up sampler"), OOM_OTHER),
     (re.compile(r"on startup is less than desired GPU memory utilization"), OTHER_FAILURE),
     (re.compile(r"torch\.OutOfMemoryError|torch\.cuda\.OutOfMemoryError|CUDA out of memory\. Tried"), OOM_OTHER),
-    (re.compile(r"EngineCore failed to start|Engine core initialization failed"), OTHER_FAILURE),
+    (re.compile(r"EngineCore failed to start|Engine core initialization failed|WorkerProc hit an exception"),
+     OTHER_FAILURE),
 )
 _EXCEPTION = re.compile(r"\b[A-Z]\w*(?:Error|Exception): \S")
 _VERSION = (
