@@ -114,6 +114,27 @@ def test_skypilot_multinode() -> None:
     assert (r.kv_cache_dtype, r.line_of("--pipeline-parallel-size")) == ("fp8", 17)
 
 
+def test_compose_servers_pinned_to_one_gpu_see_each_other(runner, tmp_path) -> None:
+    # chat and embed both pin device 0 at 0.5; each is planned as started last, with the other's 0.5 of the L4
+    # (22.03 GiB) in use: vLLM 0.10.1's start-up check finds 22.03 - 11.02 - its own context = 10.68 GiB free,
+    # under the 11.02 GiB it asks for, and refuses. alone, on device 1, fits.
+    chat, embed, alone = read("compose-shared-gpu.yaml")
+    assert (chat.shared_gpu_fraction, embed.shared_with, alone.shared_gpu_fraction) == (0.5, ("chat (0.5)",), 0.0)
+    code, results = verdicts(runner, DATA / "compose-shared-gpu.yaml")
+    assert [results[n]["verdict"] for n in ("chat", "embed", "alone")] == ["does_not_fit", "does_not_fit", "fits"]
+    assert results["chat"]["reason_code"] == "startup_free_memory" and code == 1
+    # Three at 0.5 on one GPU: the other two already hold all of it. A neighbour with no stated fraction is named.
+    text = (DATA / "compose-shared-gpu.yaml").read_text().replace('device_ids: ["1"]', 'device_ids: ["0"]')
+    (tmp_path / "three.yaml").write_text(text)
+    code, results = verdicts(runner, tmp_path / "three.yaml")
+    assert results["alone"]["verdict"] == "does_not_fit" and results["alone"]["reason_code"] == "gpu_shared"
+    unstated = text.replace(', "--gpu-memory-utilization", "0.5"]', "]", 1)
+    (tmp_path / "unstated.yaml").write_text(unstated)
+    chat, embed, alone = read_paths([str(tmp_path / "unstated.yaml")]).requests
+    assert embed.shared_gpu_fraction == 0.5 and any("chat, whose memory fraction is not stated" in n
+                                                     for n in embed.notes)
+
+
 def test_skypilot_pip_installed_vllm_is_the_wheel_at_its_pin(runner) -> None:
     # `pip install vllm==0.11.0` in setup: planned as 0.11.0 from the wheel, which has neither FlashInfer (the
     # sampler sorts 1,024 x 201,088 logits with PyTorch, 7.31 GiB) nor triton_kernels (Marlin's 65.91 GiB): at

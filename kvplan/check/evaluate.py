@@ -181,8 +181,15 @@ def evaluate(
     if req.engine not in CHECKED_ENGINES or req.engine not in ENGINE_NAMES:
         return CheckResult(req, CANNOT_EVALUATE, reason=f"engine '{req.engine}' has no capacity model in kvplan")
     try:
-        d = replace(to_deployment(req, offline=offline, vllm_version=vllm_version, profile=profile),
-                    gpu_in_use_bytes=gpu_in_use_bytes)
+        d = to_deployment(req, offline=offline, vllm_version=vllm_version, profile=profile)
+        # Other servers of the file on the same GPU hold their stated share of it (readers.compose).
+        in_use = gpu_in_use_bytes + round(req.shared_gpu_fraction * d.gpu.total_memory_bytes)
+        if req.shared_with and in_use >= d.gpu.total_memory_bytes:
+            return CheckResult(req, DOES_NOT_FIT, reason=(
+                f"{' and '.join(req.shared_with)} on the same GPU already hold all of its memory"),
+                fix="give the servers that share a GPU memory fractions that sum to less than 1",
+                reason_code="gpu_shared")
+        d = replace(d, gpu_in_use_bytes=in_use)
         d.validate()
     except KvplanError as exc:
         return CheckResult(req, CANNOT_EVALUATE, reason=exc.message)

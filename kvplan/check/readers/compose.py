@@ -9,6 +9,7 @@ so it comes from the label `kvplan.io/gpu` or `--gpu`.
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from typing import Any
 
 from kvplan.check.build import Hardware, Site, build_request
@@ -51,6 +52,7 @@ def compose_requests(doc: Document, data: Any) -> list[DeploymentRequest]:
     services = mapping(data.get("services"))
     line_of = getattr(services, "line_of", lambda key: doc.line)
     requests = []
+    devices: dict[str, tuple[str, ...]] = {}
     for name, service in services.items():
         service = mapping(service)
         env = _env(service.get("environment"))
@@ -73,7 +75,46 @@ def compose_requests(doc: Document, data: Any) -> list[DeploymentRequest]:
         requests.append(build_request(site, engine_args(inv, env), hardware, positional_model=inv.positional_model,
                                       model_hint=hint, model_override=labels.get(MODEL_ANNOTATION),
                                       engine_version=image_version(image), pip=inv.pip))
-    return requests
+        devices[str(name)] = _device_ids(service)
+    return _share_gpus(requests, devices)
+
+
+def _device_ids(service: Any) -> tuple[str, ...]:
+    """The GPUs a service pins by id (deploy.resources.reservations.devices[].device_ids); () when by count."""
+    for device in sequence(dig(service, "deploy", "resources", "reservations", "devices")):
+        ids = sequence(mapping(device).get("device_ids"))
+        if ids:
+            return tuple(scalar_word(i) for i in ids)
+    return ()
+
+
+def _share_gpus(requests: list[DeploymentRequest], devices: dict[str, tuple[str, ...]]) -> list[DeploymentRequest]:
+    """Servers pinned to the same GPU id each see the others' memory in use: the memory fraction each other states
+    (--gpu-memory-utilization, --mem-fraction-static, --cuda-memory-fraction) of the GPU they share. Evaluated as
+    the last to start, with every other already holding its share (its budget: it returns its profiling peak and
+    adds CUDA graphs, a few hundred MiB either way). A neighbour that states no fraction is named, not guessed."""
+    out = []
+    for req in requests:
+        mine = set(devices.get(req.name, ()))
+        shared, names, unstated = 0.0, [], []
+        for other in requests:
+            if other is req or not mine & set(devices.get(other.name, ())):
+                continue
+            if other.gpu_memory_utilization is None:
+                unstated.append(other.name)
+                continue
+            shared += other.gpu_memory_utilization
+            names.append(f"{other.name} ({other.gpu_memory_utilization:g})")
+        notes = list(req.notes)
+        if names:
+            notes.append(f"shares GPU {', '.join(sorted(mine))} with {', '.join(names)}: planned as started last, "
+                         f"with {shared:g} of the GPU in use")
+        if unstated:
+            notes.append(f"shares GPU {', '.join(sorted(mine))} with {', '.join(unstated)}, whose memory fraction "
+                         "is not stated: its memory is not counted")
+        out.append(replace(req, shared_gpu_fraction=shared, shared_with=tuple(names), notes=tuple(notes))
+                   if names or unstated else req)
+    return out
 
 
 def _gpus(service: Any) -> tuple[int | None, list[Unresolved]]:
