@@ -104,8 +104,8 @@ class DeploymentRequest:
     speculative: tuple[str, int] | None = None  # vLLM --speculative-config with method mtp: (method, tokens)
     engine_version: str | None = None  # from the image tag, e.g. "0.10.1" (vllm/vllm-openai:v0.10.1), or a pip pin
     engine_install: str | None = None  # vLLM's --vllm-install: "wheel" where the file's own script pip-installs it
-    # Other servers of the same file pinned to the same GPU (compose device_ids): the share of each shared GPU they
-    # hold at most (their stated memory fractions, summed), and their names.
+    # Other servers of the same file pinned to the same GPU (compose device_ids): the share of the GPU they hold
+    # (their stated memory fractions, summed), and their names.
     shared_gpu_fraction: float = 0.0
     shared_with: tuple[str, ...] = ()
     # Hardware as resolved against the catalog (or --gpu-mem): the key and the memory the figures use.
