@@ -119,7 +119,8 @@ def test_compose_servers_pinned_to_one_gpu_see_each_other(runner, tmp_path) -> N
     # (22.03 GiB) in use: vLLM 0.10.1's start-up check finds 22.03 - 11.02 - its own context = 10.68 GiB free,
     # under the 11.02 GiB it asks for, and refuses. alone, on device 1, fits.
     chat, embed, alone = read("compose-shared-gpu.yaml")
-    assert (chat.shared_gpu_fraction, embed.shared_with, alone.shared_gpu_fraction) == (0.5, ("chat (0.5)",), 0.0)
+    assert (chat.shared_gpu_fraction, embed.shared_with, alone.shared_gpu_fraction) == (
+        0.5, ("chat (0.5 of GPU 0)",), 0.0)
     code, results = verdicts(runner, DATA / "compose-shared-gpu.yaml")
     assert [results[n]["verdict"] for n in ("chat", "embed", "alone")] == ["does_not_fit", "does_not_fit", "fits"]
     assert results["chat"]["reason_code"] == "startup_free_memory" and code == 1
@@ -133,6 +134,12 @@ def test_compose_servers_pinned_to_one_gpu_see_each_other(runner, tmp_path) -> N
     chat, embed, alone = read_paths([str(tmp_path / "unstated.yaml")]).requests
     assert embed.shared_gpu_fraction == 0.5 and any("chat, whose memory fraction is not stated" in n
                                                      for n in embed.notes)
+    # A server on GPUs 0 and 1 beside one on 0 and another on 1 sees the fullest GPU's share, not their sum.
+    two = text.replace('device_ids: ["0"]', 'device_ids: ["0", "1"]', 1)
+    two = two.replace('device_ids: ["0"]', 'device_ids: ["1"]', 1)
+    (tmp_path / "two.yaml").write_text(two)
+    wide, _, _ = read_paths([str(tmp_path / "two.yaml")]).requests
+    assert wide.shared_gpu_fraction == 0.5
 
 
 def test_skypilot_pip_installed_vllm_is_the_wheel_at_its_pin(runner) -> None:

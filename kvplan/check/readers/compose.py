@@ -90,30 +90,38 @@ def _device_ids(service: Any) -> tuple[str, ...]:
 
 def _share_gpus(requests: list[DeploymentRequest], devices: dict[str, tuple[str, ...]]) -> list[DeploymentRequest]:
     """Servers pinned to the same GPU id each see the others' memory in use: the memory fraction each other states
-    (--gpu-memory-utilization, --mem-fraction-static, --cuda-memory-fraction) of the GPU they share. Evaluated as
-    the last to start, with every other already holding its share (its budget: it returns its profiling peak and
-    adds CUDA graphs, a few hundred MiB either way). A neighbour that states no fraction is named, not guessed."""
+    (--gpu-memory-utilization, --mem-fraction-static, --cuda-memory-fraction) of the GPU they share, summed per
+    GPU, the fullest of a server's GPUs taken for all of them. Evaluated as the last to start, with every other
+    already holding its share (its budget: it returns its profiling peak and adds CUDA graphs, a few hundred MiB
+    either way). A neighbour that states no fraction is named, not guessed."""
     out = []
     for req in requests:
-        mine = set(devices.get(req.name, ()))
-        shared, names, unstated = 0.0, [], []
+        mine = devices.get(req.name, ())
+        per_gpu = dict.fromkeys(mine, 0.0)
+        names: list[str] = []
+        unstated: list[str] = []
         for other in requests:
-            if other is req or not mine & set(devices.get(other.name, ())):
+            both = [d for d in mine if d in devices.get(other.name, ())]
+            if other is req or not both:
                 continue
             if other.gpu_memory_utilization is None:
                 unstated.append(other.name)
                 continue
-            shared += other.gpu_memory_utilization
-            names.append(f"{other.name} ({other.gpu_memory_utilization:g})")
+            for d in both:
+                per_gpu[d] += other.gpu_memory_utilization
+            names.append(f"{other.name} ({other.gpu_memory_utilization:g} of GPU {', '.join(both)})")
+        if not names and not unstated:
+            out.append(req)
+            continue
+        shared = max(per_gpu.values())
         notes = list(req.notes)
         if names:
-            notes.append(f"shares GPU {', '.join(sorted(mine))} with {', '.join(names)}: planned as started last, "
-                         f"with {shared:g} of the GPU in use")
+            notes.append(f"shares its GPUs with {', '.join(names)}: planned as started last, with {shared:g} of "
+                         "a GPU in use")
         if unstated:
-            notes.append(f"shares GPU {', '.join(sorted(mine))} with {', '.join(unstated)}, whose memory fraction "
-                         "is not stated: its memory is not counted")
-        out.append(replace(req, shared_gpu_fraction=shared, shared_with=tuple(names), notes=tuple(notes))
-                   if names or unstated else req)
+            notes.append(f"shares its GPUs with {', '.join(unstated)}, whose memory fraction is not stated: its "
+                         "memory is not counted")
+        out.append(replace(req, shared_gpu_fraction=shared, shared_with=tuple(names), notes=tuple(notes)))
     return out
 
 
