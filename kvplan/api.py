@@ -61,6 +61,7 @@ class GpuChoice:
     memory_bytes: int | None = None
     num_gpus: int | None = None  # GPUs in all: beyond one instance's share they become replicas
     in_use_bytes: int = 0  # memory other processes already hold on each GPU (--gpu-memory-in-use)
+    in_use_share: float = 0.0  # and as a share of each GPU's memory (--gpu-memory-in-use 30%)
 
     def gpus(self) -> tuple[list[GpuSpec], bool]:
         if self.names and self.memory_bytes is not None:
@@ -166,7 +167,7 @@ def deployments(req: EstimateRequest, model: ModelSpec) -> tuple[list[Deployment
         Deployment(
             model=model, gpu=card, engine=req.engine, workload=req.workload, parallelism=req.parallelism,
             weights=req.weights, kv_cache_dtype=req.kv_cache_dtype, instances=instances, profile=req.profile,
-            gpu_in_use_bytes=req.gpu.in_use_bytes,
+            gpu_in_use_bytes=req.gpu.in_use_bytes + round(req.gpu.in_use_share * card.total_memory_bytes),
         )
         for card in cards
     ]
@@ -277,6 +278,7 @@ def _document(r: EstimateResult) -> dict[str, Any]:
             "data_parallel_size": req.parallelism.dp,
             "num_gpus": req.gpu.num_gpus,
             "gpu_memory_in_use_bytes": req.gpu.in_use_bytes,
+            "gpu_memory_in_use_share": req.gpu.in_use_share,
             "engine": req.engine.engine,
             "engine_options": engine_options,
             "profile": None if req.profile is None else req.profile.source,

@@ -100,6 +100,27 @@ def parse_size(text: str | int | float, what: str = "size") -> int:
     return int(size.to_integral_value(ROUND_HALF_EVEN))
 
 
+def parse_size_or_share(text: str, what: str = "size") -> tuple[int, float]:
+    """'2GiB' -> (2,147,483,648, 0.0); '30%' -> (0, 0.3): a size, or a share of each GPU's memory in percent.
+
+    A share is what another server's memory fraction holds (a second vLLM at --gpu-memory-utilization 0.3 is
+    30%); it must leave part of the card: 0 <= share < 100%.
+    """
+    raw = str(text).strip()
+    if not raw.endswith("%"):
+        return parse_size(raw, what), 0.0
+    number = raw[:-1].strip()
+    if len(number) > 12:
+        raise _too_long(number, what, "30%")
+    try:
+        share = Decimal(number) / 100
+    except ArithmeticError:
+        raise InputError(f"{what}: cannot read {raw!r} as a share; write it like 30%") from None
+    if not share.is_finite() or not 0 <= share < 1:
+        raise InputError(f"{what}: a share of the GPU must be at least 0% and under 100%, got {raw}")
+    return 0, float(share)
+
+
 def parse_count(text: str | int, what: str = "count", *, minimum: int = 0, maximum: int = MAX_COUNT) -> int:
     """'32768', '32k', '32K', '25.6k' -> an integer, read as vLLM's human_readable_int reads it, and bounded.
 

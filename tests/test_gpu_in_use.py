@@ -11,10 +11,10 @@ from kvplan.capacity.deployment import Deployment, Workload
 from kvplan.engines.sglang import SglangOptions, plan_sglang
 from kvplan.engines.vllm import VllmFlags, plan_vllm
 from kvplan.engines.vllm_memory import CONTEXT_BYTES, cuda_context_bytes
-from kvplan.errors import FieldError
+from kvplan.errors import FieldError, InputError
 from kvplan.hardware.gpus import find_gpu
 from kvplan.sources.resolve import resolve_model
-from kvplan.units import GiB
+from kvplan.units import GiB, parse_size_or_share
 from tests.conftest import run_cli
 
 H100, L4, A100 = find_gpu("H100"), find_gpu("L4"), find_gpu("A100-80GB")
@@ -139,3 +139,44 @@ def test_engines_that_measure_free_memory_lose_what_other_processes_hold(engine,
     assert 0 < shared < idle
     if held > 2 * GiB:
         assert model.account(Deployment(**{**d.__dict__, "gpu_in_use_bytes": 2 * GiB})).kv_budget_bytes == idle
+
+
+@pytest.mark.parametrize(("text", "parsed"), [
+    ("2GiB", (2 * GiB, 0.0)),
+    ("30%", (0, 0.3)),
+    (" 12.5 % ", (0, 0.125)),
+    ("0%", (0, 0.0)),
+])
+def test_in_use_reads_a_size_or_a_share(text, parsed):
+    assert parse_size_or_share(text, "--gpu-memory-in-use") == parsed
+
+
+@pytest.mark.parametrize("text", ["100%", "-5%", "abc%", "nan%", "%", "1234567890123%"])
+def test_a_share_must_leave_part_of_the_gpu(text):
+    with pytest.raises(InputError, match="--gpu-memory-in-use"):
+        parse_size_or_share(text, "--gpu-memory-in-use")
+
+
+def test_a_share_is_of_each_cards_own_memory(runner, tmp_path):
+    # 25% of H100's 85,028,372,480 CUDA bytes is 21,257,093,120 bytes (19.80 GiB): the same plan as that size.
+    base = ("estimate", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--max-model-len", "8192",
+            "--vllm-version", "0.19", "--gpu-memory-utilization", "0.6", "--offline", "--json")
+    share = json.loads(run_cli(runner, *base, "--gpu-memory-in-use", "25%").stdout)
+    size = json.loads(run_cli(runner, *base, "--gpu-memory-in-use", "21257093120").stdout)
+    assert share["request"]["gpu_memory_in_use_share"] == 0.25
+    assert {k: v for k, v in share.items() if k != "request"} == {k: v for k, v in size.items() if k != "request"}
+    # vLLM 0.19 refuses a start whose utilization (0.6) is above the share free at start-up: 30% in use leaves
+    # under 0.70 free (less the CUDA context) and starts; 45% leaves under 0.55 and is refused.
+    human = [a for a in base if a != "--json"]
+    assert run_cli(runner, *human, "--gpu-memory-in-use", "30%").exit_code == 0
+    assert run_cli(runner, *human, "--gpu-memory-in-use", "45%").exit_code == 1
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text(
+        "services:\n  llm:\n    image: vllm/vllm-openai:v0.19.0\n"
+        "    command: [\"--model\", \"meta-llama/Llama-3.1-8B-Instruct\", \"--max-model-len\", \"8192\", "
+        "\"--gpu-memory-utilization\", \"0.6\"]\n"
+        "    deploy:\n      resources:\n        reservations:\n          devices:\n"
+        "            - driver: nvidia\n              count: 1\n              capabilities: [gpu]\n")
+    runs = [run_cli(runner, "check", str(deploy), "--gpu", "H100", "--offline", "--gpu-memory-in-use", s)
+            for s in ("30%", "45%")]
+    assert [r.exit_code for r in runs] == [0, 1]

@@ -174,8 +174,10 @@ def evaluate(
     vllm_version: str = "current",
     profile: BoxProfile | None = None,
     gpu_in_use_bytes: int = 0,
+    gpu_in_use_share: float = 0.0,
 ) -> CheckResult:
-    """The verdict for one deployment request; `gpu_in_use_bytes`: what other processes hold on each GPU."""
+    """The verdict for one deployment request; `gpu_in_use_bytes` / `gpu_in_use_share`: what other processes hold
+    on each GPU, in bytes and as a share of its memory."""
     if req.unresolved:
         return CheckResult(req, CANNOT_EVALUATE, reason="; ".join(blockers(req, offline=offline)))
     if req.engine not in CHECKED_ENGINES or req.engine not in ENGINE_NAMES:
@@ -183,7 +185,7 @@ def evaluate(
     try:
         d = to_deployment(req, offline=offline, vllm_version=vllm_version, profile=profile)
         # Other servers of the file on the same GPU hold their stated share of it (readers.compose).
-        in_use = gpu_in_use_bytes + round(req.shared_gpu_fraction * d.gpu.total_memory_bytes)
+        in_use = gpu_in_use_bytes + round((gpu_in_use_share + req.shared_gpu_fraction) * d.gpu.total_memory_bytes)
         if req.shared_with and in_use >= d.gpu.total_memory_bytes:
             return CheckResult(req, DOES_NOT_FIT, reason=(
                 f"{' and '.join(req.shared_with)} on the same GPU already hold all of its memory"),

@@ -29,7 +29,7 @@ def check(
     ] = None,
     gpu_in_use: Annotated[
         str | None,
-        typer.Option("--gpu-memory-in-use", help="Memory other processes hold on each GPU, e.g. 2GiB."),
+        typer.Option("--gpu-memory-in-use", help="Memory other processes hold on each GPU: 2GiB, or 30% of it."),
     ] = None,
     min_margin: Annotated[
         float | None, typer.Option("--min-margin", help="Fail unless this share of KV memory is left, e.g. 0.1.")
@@ -60,7 +60,7 @@ def check(
     from kvplan.check.isolate import evaluate_each
     from kvplan.check.report import Policy, exit_reason, render_github, render_human, render_json, render_junit
     from kvplan.errors import InputError
-    from kvplan.units import parse_size
+    from kvplan.units import parse_size, parse_size_or_share
 
     if output_format not in FORMATS:
         raise InputError(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
@@ -73,7 +73,8 @@ def check(
     memory = parse_size(gpu_mem, "--gpu-mem") if gpu_mem is not None else None
     if memory is not None and memory <= 0:
         raise InputError(f"--gpu-mem must be a positive size such as 80GiB, got {gpu_mem!r}")
-    in_use = parse_size(gpu_in_use, "--gpu-memory-in-use") if gpu_in_use is not None else 0
+    in_use, in_use_share = (parse_size_or_share(gpu_in_use, "--gpu-memory-in-use") if gpu_in_use is not None
+                            else (0, 0.0))
     box = None
     if profile is not None:
         from kvplan.calibrate.profile import load_profile
@@ -83,7 +84,7 @@ def check(
     results = reading.failures + evaluate_each(
         reading.requests,
         lambda r: evaluate(r, offline=offline, min_margin=min_margin, vllm_version=vllm_version, profile=box,
-                           gpu_in_use_bytes=in_use),
+                           gpu_in_use_bytes=in_use, gpu_in_use_share=in_use_share),
     )
     policy = Policy(min_margin, strict, allow_empty)
     if output_format == "human":

@@ -17,7 +17,7 @@ from kvplan.cli.output import Output
 from kvplan.cli.render import render_estimate
 from kvplan.engines.vllm_speculative import speculative_options
 from kvplan.errors import EXIT_DOES_NOT_FIT, EXIT_OK, FieldError, InputError
-from kvplan.units import GiB, parse_size
+from kvplan.units import GiB, parse_size, parse_size_or_share
 
 
 def _size(value: str | None, flag: str) -> int | None:
@@ -200,6 +200,7 @@ def estimate(
     if not model or not batches:
         raise InputError("name a model, e.g. kvplan estimate meta-llama/Llama-3.1-8B-Instruct")
     sweep = len(model) * len(seqs) * len(batches) > 1 or csv_out or plot is not None
+    in_use = parse_size_or_share(gpu_in_use, "--gpu-memory-in-use") if gpu_in_use is not None else (0, 0.0)
     out = Output(json_mode=json_out)
     box = None
     if profile is not None:
@@ -222,7 +223,7 @@ def estimate(
             parallelism=Parallelism(tp=tp, pp=pp, dp=dp, dp_attention=bool(enable_dp_attention),
                                     expert_parallel=bool(enable_expert_parallel), ep_size=ep_size),
             gpu=GpuChoice(names=_gpu_names(gpu), memory_bytes=_size(gpu_mem, "--gpu-mem"), num_gpus=num_gpus,
-                          in_use_bytes=_size(gpu_in_use, "--gpu-memory-in-use") or 0),
+                          in_use_bytes=in_use[0], in_use_share=in_use[1]),
             weights=WeightsChoice(
                 dtype=None if dtype == "auto" else dtype, quantization=quantization,
                 checkpoint_bytes=_size(weights_bytes, "--weights-bytes"),

@@ -104,7 +104,7 @@ GpuMem = Annotated[
 ]
 GpuInUse = Annotated[
     str | None,
-    typer.Option("--gpu-memory-in-use", help="Memory other processes hold on each GPU, e.g. 2GiB.",
+    typer.Option("--gpu-memory-in-use", help="Memory other processes hold on each GPU: 2GiB, or 30% of it.",
                  rich_help_panel=GPU),
 ]
 NumGpus = Annotated[
