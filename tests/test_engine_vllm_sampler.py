@@ -150,3 +150,26 @@ def test_notes_name_the_mxfp4_kernels_an_install_gets():
     assert "mxfp4 experts" not in notes("0.11.0") and "mxfp4 experts" not in notes("0.12.0", install="wheel")
     # 0.10.1's torch 2.7.1 takes Marlin in the image too.
     assert "loads the mxfp4 experts for marlin" in notes("0.10.1")
+
+
+def test_the_other_install_is_quoted_where_it_changes_the_plan():
+    from kvplan.api import EstimateRequest, GpuChoice, ModelSource, estimate
+    from kvplan.capacity.deployment import Workload
+    from kvplan.engines.vllm_engine import VllmOptions
+    from kvplan.units import fmt_gib
+
+    def account(version: str, install: str):
+        r = estimate(EstimateRequest(ModelSource("Qwen/Qwen3-30B-A3B", offline=True), Workload(max_model_len=8192),
+                                     gpu=GpuChoice(("H100",)), engine=VllmOptions(version=version, install=install)))
+        return r.results[0].verdict.account
+
+    image, wheel = account("0.10.2", "image"), account("0.10.2", "wheel")
+    # Only the sampler differs: 1,024 x 151,936 logits at (38 - 14) B each = 3,733,979,136 B (3.48 GiB) more peak
+    # for the wheel's PyTorch sort, so that much less KV memory.
+    assert image.kv_budget_bytes - wheel.kv_budget_bytes == 1024 * 151_936 * 24
+    assert (f"installed as the pip wheel (--vllm-install wheel) it would have {fmt_gib(wheel.kv_budget_bytes)} "
+            f"of KV memory, not {fmt_gib(image.kv_budget_bytes)}") in image.notes
+    assert (f"installed as the vllm/vllm-openai image (--vllm-install image) it would have "
+            f"{fmt_gib(image.kv_budget_bytes)} of KV memory, not {fmt_gib(wheel.kv_budget_bytes)}") in wheel.notes
+    # From 0.12 both installs sort with PyTorch: nothing to quote.
+    assert not any("--vllm-install" in n for n in account("0.12.0", "image").notes)

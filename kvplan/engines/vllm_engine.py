@@ -6,6 +6,7 @@ onto vLLM's flags, checks what vLLM checks before it sizes anything, and states 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
@@ -172,8 +173,29 @@ def _shared_prefix_blocks(report: VllmReport, prefix_tokens: int) -> int:
     return sum(whole for g in layout.groups if g.kind in ("full_attention", "mla"))
 
 
-def _notes(d: Deployment, r: VllmReport) -> list[str]:
-    """Why vLLM's figures are what they are: null block, windows, raised blocks, graphs, warm-up, profile."""
+def _other_install_kv(d: Deployment, given: VllmFlags, r: VllmReport) -> tuple[str, int] | None:
+    """The other install and the KV memory it leaves, where the install changes the plan; None where it does not.
+
+    Before 0.12 the image's FlashInfer sampler keeps the profiled peak small and the wheel's PyTorch sort over
+    1,024 rows of logits does not (Qwen3-235B-A22B-FP8 at tp 4 on 0.9.2: 11.92 GiB of KV memory as the image,
+    8.44 GiB as the wheel), and from 0.10.1 to 0.11 the install picks gpt-oss's mxfp4 kernels: where the user
+    did not say how vLLM is installed, the output shows both figures."""
+    f = r.flags
+    sampler = f.engine == "v1" and f.rules.image_sampler is not None
+    mxfp4 = d.model.quant is not None and d.model.quant.method == "mxfp4" and f.rules.mxfp4 \
+        and f.rules.mxfp4_triton != "vendored"
+    if not (sampler or mxfp4):
+        return None
+    other = "wheel" if f.install == "image" else "image"
+    alt = plan_vllm(d.model, replace(given, install=other), d.gpu, checkpoint_bytes=d.weights.checkpoint_bytes,
+                    profile=d.profile, in_use_bytes=d.gpu_in_use_bytes)
+    kv_bytes = alt.stages[alt.limiting_stage].available_kv_bytes
+    return None if kv_bytes == r.stages[r.limiting_stage].available_kv_bytes else (other, kv_bytes)
+
+
+def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) -> list[str]:
+    """Why vLLM's figures are what they are: null block, windows, raised blocks, graphs, install, warm-up,
+    profile."""
     f = r.flags
     layout = r.stages[r.limiting_stage].layout
     out = []
@@ -238,6 +260,11 @@ def _notes(d: Deployment, r: VllmReport) -> list[str]:
         out.append(f"vLLM {f.version} as installed ({f.install}) loads the mxfp4 experts for {mxfp4.name}: OpenAI's "
                    "triton_kernels come with the vllm/vllm-openai image from 0.10.2 and with every install from "
                    "0.12 (0.10.1's torch 2.7.1 is below what they need)")
+    if other_install is not None:
+        install, kv_bytes = other_install
+        out.append(f"installed as the {'pip wheel' if install == 'wheel' else 'vllm/vllm-openai image'} "
+                   f"(--vllm-install {install}) it would have {fmt_gib(kv_bytes)} of KV memory, not "
+                   f"{fmt_gib(r.stages[r.limiting_stage].available_kv_bytes)}")
     warm = r.warmup
     if warm is not None and r.refusal is None:
         out.append(f"the sampler warm-up after the KV cache ({warm.rows:,} rows) needs {fmt_gib(warm.need_bytes)} "
@@ -350,7 +377,7 @@ class VllmEngine:
             kv_cache_tokens=r.kv_cache_tokens,
             refusal=r.refusal,
             log_lines=r.log_lines,
-            notes=tuple(_notes(d, r)),
+            notes=tuple(_notes(d, r, _other_install_kv(d, flags, r))),
             detail=r.to_dict(),
             calibration=calibration_for(d.model, d.gpu, r.flags.rules, r.flags.engine, o.version,
                                         profiled=r.profile),
