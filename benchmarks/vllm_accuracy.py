@@ -496,10 +496,27 @@ def _summary_of(g: list[Result]) -> dict[str, Any]:
     }
 
 
+def _held_out_bands(results: list[Result], key) -> dict[str, dict[str, Any]]:
+    """Available KV memory on the held-out logs per group (GPU, minor release): the bands a plan quotes."""
+    groups: dict[str, list[float | None]] = {}
+    for r in results:
+        if r.case.split == "holdout":
+            groups.setdefault(key(r), []).append(r.errors["available"])
+    bands = {}
+    for name in sorted(groups):
+        n, mae, worst = _stats(groups[name])
+        if n:
+            bands[name] = {"logs": n, "mae_pct": mae, "worst_pct": worst}
+    return bands
+
+
 def summary(results: list[Result]) -> dict[str, Any]:
-    """Per split, and the held-out logs stated in full ("holdout_clean": no mark in the per-log table)."""
+    """Per split, the held-out logs stated in full ("holdout_clean": no mark in the per-log table), and the
+    held-out available-KV error per GPU and per minor release (kvplan/engines/vllm_calibration.py quotes them)."""
     out = {split: _summary_of([r for r in results if r.case.split == split]) for split in ("fit", "holdout")}
     out["holdout_clean"] = _summary_of([r for r in results if r.case.split == "holdout" and _clean(r)])
+    out["holdout_by_gpu"] = _held_out_bands(results, lambda r: r.case.gpu_key)
+    out["holdout_by_release"] = _held_out_bands(results, lambda r: r.case.minor)
     return out
 
 

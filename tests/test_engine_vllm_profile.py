@@ -14,7 +14,15 @@ import pytest
 
 from kvplan.capacity.deployment import BoxProfile, Deployment, Parallelism, Workload
 from kvplan.engines.vllm import VllmFlags, plan_vllm
-from kvplan.engines.vllm_calibration import FIT_MAE_PCT, FIT_WORST_PCT, HOLDOUT_LOGS, HOLDOUT_MAE_PCT, HOLDOUT_WORST_PCT
+from kvplan.engines.vllm_calibration import (
+    FIT_MAE_PCT,
+    FIT_WORST_PCT,
+    HOLDOUT_BY_GPU,
+    HOLDOUT_BY_RELEASE,
+    HOLDOUT_LOGS,
+    HOLDOUT_MAE_PCT,
+    HOLDOUT_WORST_PCT,
+)
 from kvplan.engines.vllm_engine import VllmEngine, VllmOptions
 from kvplan.hardware.gpus import find_gpu
 from kvplan.sources.resolve import resolve_model
@@ -154,3 +162,26 @@ def test_stated_error_bands_are_the_benchmark_results():
     assert (round(fit["mae_pct"], 2), round(abs(fit["worst_pct"]), 2)) == (FIT_MAE_PCT, FIT_WORST_PCT)
     assert (round(held["mae_pct"], 2), round(abs(held["worst_pct"]), 1), held["logs"]) == (
         HOLDOUT_MAE_PCT, HOLDOUT_WORST_PCT, HOLDOUT_LOGS)
+
+    def bands(groups: dict) -> dict:
+        return {name: (round(b["mae_pct"], 2), round(abs(b["worst_pct"]), 1), b["logs"])
+                for name, b in groups.items() if name not in ("logged total", "unknown")}
+
+    assert bands(summary["holdout_by_gpu"]) == HOLDOUT_BY_GPU
+    assert bands(summary["holdout_by_release"]) == HOLDOUT_BY_RELEASE
+
+
+def test_a_plan_quotes_its_own_gpus_and_releases_held_out_error():
+    from kvplan.engines.vllm_calibration import calibration_for
+    from kvplan.engines.vllm_versions import rules_for
+
+    def band(gpu: str, version: str) -> str:
+        return calibration_for(_model("meta-llama/Llama-3.1-8B-Instruct"), find_gpu(gpu), rules_for(version), "v1",
+                               version).error_band
+
+    # L4's 3 held-out logs (1.54% mean, -2.4% worst) and 0.10's 9 (0.72%, -1.4%); 0.10.1.1 is a 0.10 release.
+    assert band("L4", "0.10.1.1").endswith(
+        "; on L4 1.5% and 2.4% at worst (3 logs); on vLLM 0.10 0.7% and 1.4% at worst (9 logs)")
+    # No held-out log on an A10G: said, not left out. On H100 only the release is outside the fit.
+    assert "; no held-out log on A10G" in band("A10G", "0.10.1")
+    assert "on H100-80GB" not in band("H100", "0.10.1")

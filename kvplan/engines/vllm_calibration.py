@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kvplan.engines.base import Calibration
 from kvplan.engines.vllm_profile import ProfileUse
-from kvplan.engines.vllm_versions import VllmRules
+from kvplan.engines.vllm_versions import VllmRules, parse_release
 from kvplan.hardware.gpus import GpuSpec
 from kvplan.model.specs import ModelSpec
 
@@ -27,6 +27,20 @@ FIT_LOGS = 61
 # logged figure): the fit split, and the held-out logs (other GPUs and releases) that could be evaluated.
 FIT_MAE_PCT, FIT_WORST_PCT = 0.18, 2.23
 HOLDOUT_MAE_PCT, HOLDOUT_WORST_PCT, HOLDOUT_LOGS = 2.45, 38.5, 51
+# The same per GPU and per minor release (mean |error| %, worst |error| %, logs): a plan outside the fit quotes
+# its own GPU's and release's next to the whole. Few logs stand behind most of them; the count is said.
+HOLDOUT_BY_GPU = {
+    "A100-40GB": (0.73, 1.2, 2), "A100-80GB": (0.89, 3.3, 10), "B200": (1.12, 1.1, 1), "H100-80GB": (4.48, 38.5, 10),
+    "H200": (1.03, 1.0, 1), "L4": (1.54, 2.4, 3), "L40S": (1.57, 1.6, 1), "MI300X": (4.1, 4.1, 1),
+    "RTX-3090": (3.16, 3.3, 3), "RTX-4090": (0.03, 0.0, 1), "RTX-5090": (11.65, 11.9, 2),
+    "RTX-A5000": (0.79, 0.8, 1), "T4": (1.53, 7.1, 13),
+}
+HOLDOUT_BY_RELEASE = {
+    "0.6": (3.36, 4.1, 4), "0.7": (0.26, 0.5, 4), "0.8": (0.67, 1.9, 10), "0.9": (17.13, 38.5, 3),
+    "0.10": (0.72, 1.4, 9), "0.11": (0.86, 2.7, 10), "0.13": (0.79, 0.8, 1), "0.16": (1.35, 1.6, 2),
+    "0.19": (2.65, 3.3, 3), "0.20": (1.03, 1.0, 1), "0.24": (11.65, 11.9, 2), "0.26": (0.78, 0.8, 1),
+    "0.31": (0.71, 0.7, 1),
+}
 
 
 def calibration_for(
@@ -51,4 +65,18 @@ def calibration_for(
     else:
         band = (f"available KV memory off by {HOLDOUT_MAE_PCT:.1f}% on average, {HOLDOUT_WORST_PCT:.0f}% at "
                 f"worst on {HOLDOUT_LOGS} held-out logs")
+        if gpu.key not in FIT_GPUS:
+            band += "; " + _group_band(gpu.key, HOLDOUT_BY_GPU.get(gpu.key))
+        if rules.since not in FIT_RELEASES:
+            major, minor_number, _ = parse_release(version)  # "current" is the newest release's minor
+            minor = f"{major}.{minor_number}"
+            band += "; " + _group_band(f"vLLM {minor}", HOLDOUT_BY_RELEASE.get(minor))
     return Calibration(in_range=not outside, checked_on=checked, outside=tuple(outside), error_band=band)
+
+
+def _group_band(group: str, figures: tuple[float, float, int] | None) -> str:
+    """'on L4 1.5% and 2.4% at worst (3 logs)', or that no held-out log ran there."""
+    if figures is None:
+        return f"no held-out log on {group}"
+    mae, worst, logs = figures
+    return f"on {group} {mae:.1f}% and {worst:.1f}% at worst ({logs} log{'s' if logs != 1 else ''})"
