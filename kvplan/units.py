@@ -117,7 +117,7 @@ def parse_size_or_share(text: str, what: str = "size") -> tuple[int, float]:
     except ArithmeticError:
         raise InputError(f"{what}: cannot read {raw!r} as a share; write it like 30%") from None
     if not share.is_finite() or not 0 <= share < 1:
-        raise InputError(f"{what}: a share of the GPU must be at least 0% and under 100%, got {raw}")
+        raise InputError(f"{what}: a share of the GPU must be at least 0% and under 100%, got {raw!r}")
     return 0, float(share)
 
 

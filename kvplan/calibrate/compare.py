@@ -464,10 +464,8 @@ def calibrate(log: StartupLog, *, model: str | None = None, gpu: str | GpuSpec |
                 continue
             value = resolved_setting(defaults, key)
             checks.append(SettingCheck(key, float(logged), None if value is None else float(value)))
-    if d is not None and d.gpu.key != "this box" and log.get("total") is not None and not gpu \
-            and not log.settings.device_name:
-        total = log.get("total")
-        assert total is not None
+    total = log.get("total")
+    if d is not None and d.gpu.key != "this box" and total is not None and not gpu and not log.settings.device_name:
         others = [g.key for g in _cards_printing(total.value, total.resolution) if g.key != d.gpu.key]
         also = f" (so does {', '.join(others)}'s: give --gpu to plan that card)" if others else ""
         notes.append(f"the GPU is taken to be {d.gpu.key}: its CUDA total prints as the logged one{also}")

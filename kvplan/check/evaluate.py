@@ -187,8 +187,9 @@ def evaluate(
         # Other servers of the file on the same GPU hold their stated share of it (readers.compose).
         in_use = gpu_in_use_bytes + round((gpu_in_use_share + req.shared_gpu_fraction) * d.gpu.total_memory_bytes)
         if req.shared_with and in_use >= d.gpu.total_memory_bytes:
+            yours = " and --gpu-memory-in-use" if gpu_in_use_bytes or gpu_in_use_share else ""
             return CheckResult(req, DOES_NOT_FIT, reason=(
-                f"{' and '.join(req.shared_with)} on the same GPU already hold all of its memory"),
+                f"{' and '.join(req.shared_with)} on the same GPU{yours} already hold all of its memory"),
                 fix="give the servers that share a GPU memory fractions that sum to less than 1",
                 reason_code="gpu_shared")
         d = replace(d, gpu_in_use_bytes=in_use)
