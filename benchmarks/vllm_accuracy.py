@@ -255,7 +255,8 @@ def _vllm_flags(row: dict, release: str, model: ModelSpec) -> tuple[VllmFlags, d
         use_v1 = True
     else:
         use_v1 = None
-    serve = "non-default args" in raw or "api_server" in raw or "vllm serve" in raw
+    # The vllm/vllm-openai image's entrypoint is the OpenAI server, so a docker run of it serves.
+    serve = any(x in raw for x in ("non-default args", "api_server", "vllm serve", "vllm/vllm-openai"))
     # The image (kvplan's default) unless the log, or the record from the thread's environment, shows a wheel
     # install; it decides 0.8-0.11's sampler.
     install = install_shown(raw) or row.get("install") or "image"

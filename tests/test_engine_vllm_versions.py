@@ -119,6 +119,10 @@ CHANGES = [
     ("0.19.1", "0.20.0", "cudagraphs_subtracted", False, True),
     ("0.20.0", "0.20.1", "v1_tokens_rule", "blocks_per_group", "concurrency"),
     ("0.26.0", "0.27.0", "v1_budget", "snapshot", "consumed"),
+    ("0.24.0", "0.25.0", "v2_runner", None, "dense"),
+    ("0.28.0", "0.29.0", "v2_runner", "dense", "all"),
+    ("0.28.0", "0.29.0", "v2_cudagraphs_profiled", False, True),
+    ("0.28.0", "0.29.0", "v2_sharded_sampling", False, True),
     ("0.27.1", "0.28.0", "blackwell_1024", False, True),
     ("0.27.1", "0.28.0", "combined_kv_line", False, True),
     # mxfp4's Triton backend on Hopper: 0.10.1 asks for torch >= 2.8 (it pins 2.7.1); 0.10.2-0.11 for the
@@ -149,6 +153,37 @@ def test_every_change_in_the_table_is_tested():
 
 
 # --- what the changes do to a plan ------------------------------------------------------------------------
+
+def test_model_runner_v2_for_dense_models_from_0_25_and_every_model_from_0_29():
+    # Llama-3.1-8B on an H100 at 8,192 tokens (1,024 sampler rows, 128,256 logits a row). 0.24 runs V1's
+    # GPUModelRunner: its Triton sampler peaks at 0.023 GiB + 131,334,144 x (2 + 3.279 x 4) B = 2,009,942,982 B,
+    # above the forward, and the 897,619,451 B CUDA-graph estimate comes off the budget. 0.25 runs Model Runner V2
+    # for dense models: one float32 copy, 24,696,062 + 131,334,144 x (2 + 4) = 812,700,926 B, stays under the
+    # forward's 986,701,627 B, and V2 makes no graph estimate: 1,023,241,355 + 897,619,451 B more KV memory.
+    # 0.29 estimates graphs on V2 too, so exactly the estimate comes off again.
+    plans = {v: plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version=v), H100) for v in ("0.24.0", "0.25.0",
+                                                                                          "0.29.0")}
+    assert [plans[v].flags.runner for v in plans] == ["v1", "v2", "v2"]
+    assert [plans[v].stages[0].memory.activation_peak_bytes for v in plans] == [2_009_942_982, 986_701_627,
+                                                                               986_701_627]
+    kv = [plans[v].stages[0].available_kv_bytes for v in plans]
+    assert kv[1] - kv[0] == 1_023_241_355 + 897_619_451 and kv[1] - kv[2] == 897_619_451
+    # MoE and DeltaNet hybrids stay on V1 until 0.29 (VllmConfig._is_default_v2_model_runner_model).
+    moe, hybrid = _model("Qwen/Qwen3-30B-A3B"), _model("Qwen/Qwen3-Next-80B-A3B-Thinking")
+    assert resolve_flags(moe, VllmFlags(version="0.28.0"), H100).runner == "v1"
+    assert resolve_flags(hybrid, VllmFlags(version="0.28.0"), H100).runner == "v1"
+    assert resolve_flags(moe, VllmFlags(version="0.29.0"), H100).runner == "v2"
+
+
+def test_v2_samples_each_tp_ranks_share_of_rows_from_0_29():
+    # Qwen2.5-0.5B at tp 2, where the sampler outweighs the forward: 0.28 samples all 1,024 rows on every rank,
+    # 24,696,062 + 1,024 x 151,936 x 6 B = 958,190,846 B; 0.29's batch-sharded sampling 512 rows a rank,
+    # 24,696,062 + 512 x 151,936 x 6 B = 491,443,454 B.
+    small = _model("Qwen/Qwen2.5-0.5B")
+    peaks = [plan_vllm(small, VllmFlags(max_model_len=8192, version=v, tensor_parallel_size=2), H100)
+             .stages[0].memory.activation_peak_bytes for v in ("0.28.0", "0.29.0")]
+    assert peaks == [958_190_846, 491_443_454]
+
 
 def test_ceil_of_requested_memory_from_0_14():
     # A 1,000,000,001-byte card at utilization 0.5: 500,000,000.5 B requested; 0.13 keeps the float (int() in

@@ -57,6 +57,7 @@ GPU_KEYS = {
     "RTX-3090",
     "RTX-4090",
     "RTX-5090",
+    "RTX-PRO-6000",
     "RTX-6000-ADA",
     "RTX-A6000",
     "RTX-A5000",
@@ -129,6 +130,9 @@ VLLM_FIGS = {
         r"reserved for KV Cache is " + N + r" ?GiB",
         r"larger than the available KV cache memory \(" + N + r" ?GiB\)",
         r"available_kv_cache_memory\s+" + N + r" ?GiB",
+        # the "Free memory on device" line (0.10.2+) ends with self.available_kv_cache_memory_bytes, the figure of
+        # "Available KV cache memory" (printed in bytes at first, in GiB by 0.26)
+        r"Current kv cache memory in use is " + N + r" ?GiB",
     ],
     "kv_needed_gib": [N + r" GiB KV cache is needed"],
     "estimated_max_model_len": [r"estimated maximum model length is " + N],

@@ -72,6 +72,9 @@ PATTERNS = (
     pattern(N + r" GiB for peak activation", Field("activation_peak", 1)),
     pattern(N + r" GiB for non-torch memory", Field("non_torch", 1)),
     pattern(N + r" GiB for CUDAGraph memory", Field("cuda_graph_actual", 1)),
+    # The same line ends with self.available_kv_cache_memory_bytes: "Current kv cache memory in use is 12.26 GiB"
+    # on club-3090#1087 (0.27.1), whose excerpt lacks the "Available KV cache memory" line.
+    pattern(r"Current kv cache memory in use is " + N + GIB, Field("available_kv", 1)),
     pattern(r"Graph capturing finished in " + N + r" secs?, took " + N + GIB, Field("cuda_graph_actual", 2)),
     pattern(r"CUDA graph pool memory: " + N + r" GiB \(actual\), " + N + r" GiB \(estimated\)",
             Field("cuda_graph_actual", 1), Field("cuda_graph_estimate", 2)),

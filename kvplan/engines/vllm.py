@@ -162,6 +162,7 @@ class ResolvedFlags:
     mamba_ssm_cache_dtype: str = "auto"
     num_speculative_tokens: int = 0  # MTP draft tokens a step (0: no speculative decoding)
     chunked_prefill: bool = True  # a prompt longer than the step is split over steps
+    runner: str = "v1"  # the worker's model runner: "v1" (GPUModelRunner) or "v2" (Model Runner V2, 0.25+)
 
 
 @dataclass(frozen=True)
@@ -273,7 +274,8 @@ class VllmReport:
             "total_memory_bytes": self.total_memory_bytes,
             "requested_bytes": self.requested_bytes,
             "cudagraph_bytes": self.cudagraph_bytes,
-            "cudagraphs_subtracted": f.rules.cudagraphs_subtracted,
+            "cudagraphs_subtracted": graphs_charged(f),
+            "model_runner": f.runner,
             "cudagraph_sizes": {"piecewise": len(self.graphs.piecewise), "full": len(self.graphs.full)},
             "stages": [
                 {
@@ -367,7 +369,20 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         mamba_ssm_cache_dtype=flags.mamba_ssm_cache_dtype,
         num_speculative_tokens=_draft_tokens(model, flags, engine),
         chunked_prefill=shape.chunked_prefill,
+        runner=model_runner(model, rules, engine),
     )
+
+
+def model_runner(model: ModelSpec, rules: VllmRules, engine: str) -> str:
+    """The runner vLLM's worker builds (VllmConfig.use_v2_model_runner without VLLM_USE_V2_MODEL_RUNNER):
+    0.25-0.28 take V2 for dense generate models, not for MoE (is_moe) or hybrids with Mamba or gated-DeltaNet
+    state (is_hybrid); 0.29 takes it for every model. Qwen3-32B on 0.27.1 logs V2's model_runner.py,
+    Qwen3-235B-A22B (MoE) V1's gpu_model_runner.py."""
+    if engine != "v1" or rules.v2_runner is None:
+        return "v1"
+    if rules.v2_runner == "all" or not (num_experts(model) or _has_state_cache(model)):
+        return "v2"
+    return "v1"
 
 
 def _draft_tokens(model: ModelSpec, flags: VllmFlags, engine: str) -> int:
@@ -496,12 +511,20 @@ def _graph_bytes(model: ModelSpec, f: ResolvedFlags, modes: GraphModes, layers: 
 
 def _sampler_path(f: ResolvedFlags) -> str:
     """The profiled sampler's path. V0 sorts like V1's PyTorch path (vllm/model_executor/layers/sampler.py
-    _apply_top_k_top_p; FlashInfer only with VLLM_USE_FLASHINFER_SAMPLER=1)."""
+    _apply_top_k_top_p; FlashInfer only with VLLM_USE_FLASHINFER_SAMPLER=1). Model Runner V2 samples the
+    dummy rows without top-k/top-p (vllm/v1/worker/gpu/sample/sampler.py)."""
     if f.engine == "v0":
         return "sort"
+    if f.runner == "v2":
+        return "v2"
     if f.install == "image" and f.rules.image_sampler is not None:
         return f.rules.image_sampler
     return f.rules.v1_sampler
+
+
+def _sampler_shards(f: ResolvedFlags) -> int:
+    """V2's batch-sharded sampling (0.29+): each tp rank computes logits and samples for its share of rows."""
+    return f.tp if f.runner == "v2" and f.rules.v2_sharded_sampling else 1
 
 
 def _moe_workspace_kept(f: ResolvedFlags) -> bool:
@@ -568,7 +591,7 @@ def plan_vllm(
         checkpoint_bytes=checkpoint_bytes, split=flags.split, mxfp4_backend=mxfp4,
         lora=flags.lora, lora_extra_vocab=rules.lora_extra_vocab,
         draft=model.mtp.param_groups if f.num_speculative_tokens and model.mtp is not None else (),
-        bnb_compute=flags.bnb_compute,
+        bnb_compute=flags.bnb_compute, sampler_shards=_sampler_shards(f),
     )
     stage_layers = pp_stage_layers(model.num_layers, f.pp)
     modes = capture_sizes(rules, f.engine, gpu, max_num_seqs=f.max_num_seqs,
@@ -582,7 +605,7 @@ def plan_vllm(
         )
     product = total * f.gpu_memory_utilization
     requested = math.ceil(product) if rules.requested_ceil else int(product)
-    cudagraph_charge = graphs if (f.engine == "v1" and rules.cudagraphs_subtracted) else 0
+    cudagraph_charge = graphs if graphs_charged(f) else 0
     stages: list[StageKv] = []
     for mem, layers in zip(memories, stage_layers, strict=True):
         layout = _stage_layout(model, layers, f, flags.block_size is not None)
@@ -641,12 +664,20 @@ def _tokens_and_concurrency(
     return int(concurrency * f.max_model_len), concurrency
 
 
+def graphs_charged(f: ResolvedFlags) -> bool:
+    """Whether the CUDA-graph estimate comes off the budget: V1 0.20+, except on Model Runner V2 before 0.29
+    (its profile_cudagraph_memory returns 0)."""
+    if f.engine != "v1" or not f.rules.cudagraphs_subtracted:
+        return False
+    return f.runner == "v1" or f.rules.v2_cudagraphs_profiled
+
+
 def _warmup(
     model: ModelSpec, f: ResolvedFlags, last: StageKv, num_blocks: int, total: int, graphs: int
 ) -> Warmup | None:
     """The sampler warm-up on the last pipeline rank (V1 0.8+; see Warmup). Every rank allocates the
-    limiting rank's block count, in its own block size."""
-    if not f.rules.sampler_warmup:
+    limiting rank's block count, in its own block size. Model Runner V2 warms kernels up instead."""
+    if not f.rules.sampler_warmup or f.runner == "v2":
         return None
     rows = min(f.max_num_seqs, f.max_num_batched_tokens)
     need = activation_peak_bytes(model, dtype=f.dtype, tp=f.tp, max_num_batched_tokens=rows, max_num_seqs=rows,

@@ -11,7 +11,15 @@ from typing import ClassVar
 
 from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal, check_counts
-from kvplan.engines.vllm import INSTALLS, USAGES, VllmFlags, VllmReport, mxfp4_backend, plan_vllm
+from kvplan.engines.vllm import (
+    INSTALLS,
+    USAGES,
+    VllmFlags,
+    VllmReport,
+    graphs_charged,
+    mxfp4_backend,
+    plan_vllm,
+)
 from kvplan.engines.vllm_calibration import calibration_for
 from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.engines.vllm_memory import StageMemory, WeightSplit
@@ -232,7 +240,11 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
     elif layout.mamba_cache_mode == "all":
         out.append(f"prefix caching puts the Mamba layers in mamba_cache_mode 'all': a request holds a state "
                    f"page per {layout.block_size}-token block of its length, not 1")
-    if r.cudagraph_bytes and not (f.engine == "v1" and f.rules.cudagraphs_subtracted):
+    if f.runner == "v2":
+        out.append(f"vLLM {f.version} runs this model on Model Runner V2: its profiling samples from one float32 "
+                   "copy of the logits (no top-k/top-p)"
+                   + ("" if f.rules.v2_cudagraphs_profiled else ", and it makes no CUDA-graph estimate"))
+    if r.cudagraph_bytes and not graphs_charged(f):
         out.append(f"CUDA graphs (about {fmt_gib(r.cudagraph_bytes)}) are not in vLLM {f.version}'s budget: "
                    "they live in the memory utilization leaves out")
     other = r.stages[0].memory.non_torch.other_bytes
@@ -304,7 +316,7 @@ def _terms(d: Deployment, r: VllmReport, m: StageMemory) -> list[MemoryTerm]:
         MemoryTerm("activation_peak", m.activation_peak_bytes, mark("activation peak", peak)),
         MemoryTerm("non_torch", m.non_torch_bytes, mark("non-torch", f"non-torch memory ({charged})")),
     ]
-    if f.engine == "v1" and f.rules.cudagraphs_subtracted and r.cudagraph_bytes:
+    if graphs_charged(f) and r.cudagraph_bytes:
         sizes = f"{len(r.graphs.piecewise)} piecewise + {len(r.graphs.full)} full graphs"
         terms.append(MemoryTerm("cuda_graphs", r.cudagraph_bytes, mark("CUDA graphs", f"CUDA graphs ({sizes})")))
     return terms

@@ -96,7 +96,8 @@ def _v1_lines(r: VllmReport) -> list[str]:
             f"non-torch forward increase memory: {_gib(m.non_torch_bytes)}GiB; "
             f"weights memory: {_gib(m.weights_bytes)}GiB."
         )
-    if rules.cudagraphs_profiled and r.cudagraph_bytes:
+    v2_without_estimate = r.flags.runner == "v2" and not rules.v2_cudagraphs_profiled
+    if rules.cudagraphs_profiled and r.cudagraph_bytes and not v2_without_estimate:
         lines.append(f"Estimated CUDA graph memory: {_gib(r.cudagraph_bytes)} GiB total")
     lines.append(f"Available KV cache memory: {_gib(r.stages[0].available_kv_bytes)} GiB")
     if r.refusal is not None and r.refusal.code in ("no_kv_memory", "one_request"):

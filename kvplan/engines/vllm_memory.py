@@ -54,8 +54,11 @@ FP32_BYTES = 4
 # 2); 0.9-0.11 call top_k_top_p_sampling_from_logits, which masks the logits into a new tensor and takes its
 # softmax (flashinfer/sampling.py, filter_apply_order "top_k_first": 3). V1 0.6.4-0.7.x runs no sampler:
 # compute_logits over all T tokens, in the model dtype only (0). The PyTorch sort path is sized by
-# torch_sort_bytes_per_element below, not by a count of copies.
-SAMPLER_FP32_COPIES = {"triton": 3.279, "flashinfer_logits": 3.0, "flashinfer_probs": 2.0, "logits": 0.0}
+# torch_sort_bytes_per_element below, not by a count of copies. Model Runner V2 (0.25+ for dense models) copies
+# the logits to float32 once and applies penalties and temperature in place; the profiling rows ask for no
+# top-k/top-p, and its gumbel_sample kernel writes only the token ids (vllm/v1/worker/gpu/sample/sampler.py): 1.
+SAMPLER_FP32_COPIES = {"triton": 3.279, "flashinfer_logits": 3.0, "flashinfer_probs": 2.0, "logits": 0.0,
+                       "v2": 1.0}
 # 0.17+ sends fewer rows than this to PyTorch's sort (vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p).
 TRITON_MIN_ROWS = 8
 
@@ -379,7 +382,7 @@ def bnb_4bit_forward_bytes(model: ModelSpec, *, compute: str, dtype: str, tp: in
 def activation_peak_bytes(
     model: ModelSpec, *, dtype: str, tp: int, max_num_batched_tokens: int, max_num_seqs: int, runs_sampler: bool,
     sampler: str = "triton", encoder: EncoderProfile | None = None, moe_workspace_kept: bool = True,
-    bnb_4bit: str | None = None,
+    bnb_4bit: str | None = None, sampler_shards: int = 1,
 ) -> int:
     """The torch peak of vLLM's profiling run on one rank (see the coefficients above).
 
@@ -388,6 +391,7 @@ def activation_peak_bytes(
     `moe_workspace_kept`: the fused-MoE scratch outlives the forward (0.14+: the workspace manager keeps it),
     so it adds to the sampler's peak; before, fused_experts allocates it per call and it adds to the
     forward's only. `bnb_4bit`: the model's linears are bitsandbytes 4-bit, computed in BNB_COMPUTE's dtype.
+    `sampler_shards`: the ranks the sampled rows are split over (V2's batch-sharded sampling, 0.29+: tp).
     """
     if encoder is not None and encoder.lm_tokens is not None and encoder.lm_rows is not None:
         # V0: the multimodal prompts set the language model's forward and the sampler's rows (vllm_encoder).
@@ -402,6 +406,7 @@ def activation_peak_bytes(
     peak = forward + moe - kept
     if runs_sampler:
         rows = max_num_batched_tokens if sampler == "logits" else min(max_num_seqs, max_num_batched_tokens)
+        rows = cdiv(rows, sampler_shards)
         logits = rows * padded_vocab(model.vocab_size)
         peak = max(peak, SAMPLER_BASE_BYTES + logits * (b + sampler_bytes_per_logit(sampler, rows)))
     lm = int(peak) + kept
@@ -431,13 +436,15 @@ def stage_memory(
     lora_extra_vocab: int = 0,
     draft: tuple[ParamGroup, ...] = (),
     bnb_compute: str = "bfloat16",
+    sampler_shards: int = 1,
 ) -> tuple[StageMemory, ...]:
     """Weights, activation peak and non-torch memory on a rank of each pipeline stage.
 
     The vision encoder runs on the first stage (it makes the input embeddings), the sampler on the last.
     `lora`: LoRA slots, with the release's extra vocabulary rows (vllm_lora). `draft`: an MTP block's
     parameter groups, loaded on the last stage beside the model (its embeddings and head are the model's).
-    `bnb_compute`: the dtype bitsandbytes 4-bit layers compute in (BNB_COMPUTE).
+    `bnb_compute`: the dtype bitsandbytes 4-bit layers compute in (BNB_COMPUTE). `sampler_shards`: see
+    activation_peak_bytes.
     """
     elem = weight_dtype_bytes(dtype)
     quant = model.quant or (runtime_quant(quantization) if quantization else None)
@@ -467,7 +474,7 @@ def stage_memory(
                 activation_peak_bytes=activation_peak_bytes(
                     model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
                     max_num_seqs=max_num_seqs, runs_sampler=last, sampler=sampler, encoder=enc,
-                    moe_workspace_kept=moe_workspace_kept, bnb_4bit=bnb_4bit,
+                    moe_workspace_kept=moe_workspace_kept, bnb_4bit=bnb_4bit, sampler_shards=sampler_shards,
                 ),
                 non_torch=non_torch,
                 non_torch_bytes=non_torch.charged(charge_context),

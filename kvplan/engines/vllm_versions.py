@@ -88,6 +88,11 @@ class VllmRules:
     # Nemotron-H's SSM state when --mamba-ssm-cache-dtype is auto: None = the conv state's dtype (the model's);
     # else the config's mamba_ssm_cache_dtype, or this (NemotronHForCausalLMConfig, 0.13+) [1.9]
     nemotron_ssm_default: str | None = None
+    # Which models run on Model Runner V2 (vllm/v1/worker/gpu/) by default: None (V1's GPUModelRunner for all),
+    # "dense" (0.25: generate models without MoE or state layers, vllm-project/vllm#44443), "all" (0.29) [1.20]
+    v2_runner: str | None = None
+    v2_cudagraphs_profiled: bool = False  # V2 estimates CUDA graphs before the KV cache (0.29+) [1.20]
+    v2_sharded_sampling: bool = False  # V2 samples each tp rank's share of the rows (0.29+) [1.20]
 
     @property
     def release(self) -> str:
@@ -167,9 +172,16 @@ def _changes() -> tuple[VllmRules, ...]:
            "state float32 unless the config says", default_utilization=0.92, cudagraphs_subtracted=True,
            nemotron_ssm_default="float32")
     change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len)", v1_tokens_rule="concurrency")
+    # Model Runner V2 (release notes of 0.25.0, 2026-07-11, and 0.29.0, 2026-09-09): its profile_run samples the
+    # dummy rows from one float32 copy of the logits (no top-k/top-p), its profile_cudagraph_memory returns 0
+    # until 0.29, and it warms kernels up instead of V1's sampler warm-up.
+    change((0, 25, 0), "Model Runner V2 default for dense models: one float32 copy of the logits in the profiled "
+           "sampler, no CUDA-graph estimate", v2_runner="dense")
     change((0, 27, 0), "non-KV memory = drop in free memory + transient peak (same terms)", v1_budget="consumed")
     change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line; "
            "no bitsandbytes", blackwell_1024=True, combined_kv_line=True, bitsandbytes=False)
+    change((0, 29, 0), "Model Runner V2 for every model; it estimates CUDA graphs; batch-sharded sampling",
+           v2_runner="all", v2_cudagraphs_profiled=True, v2_sharded_sampling=True)
     return tuple(out)
 
 
