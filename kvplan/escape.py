@@ -34,6 +34,9 @@ _UNSAFE = re.compile(
 )
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _CI_PAIRS = re.compile(r"([:#])(?=[:#])")
+# A backslash before a bracket that opens no rich tag (rich.markup RE_TAGS: "[", one of a-z # / @, up to "]").
+_BARE_ESCAPED_BRACKET = re.compile(r"\\\[(?![a-z#/@][^[]*?\])")
+_TRAILING_BACKSLASHES = re.compile(r"(\\+)$")
 _GH_DATA = str.maketrans({"%": "%25", "\r": "%0D", "\n": "%0A"})
 _GH_PROPERTY = str.maketrans({"%": "%25", "\r": "%0D", "\n": "%0A", ":": "%3A", ",": "%2C"})
 
@@ -63,8 +66,14 @@ def ci_text(value: object) -> str:
 
 
 def markup(value: object) -> str:
-    """`ci_text` for a rich console: markup tags in the value print as typed instead of styling or crashing."""
-    return _rich_escape(ci_text(value))
+    """`ci_text` for a rich console: markup tags in the value print as typed instead of styling or crashing.
+
+    rich's escape leaves a bracket that starts no tag alone, yet its renderer turns every backslash-bracket of
+    plain text into a bare bracket ("\\[" would print as "["), so such a backslash gets a second one; and a run of
+    n backslashes that ends the value, followed by kvplan's closing tag, prints as n / 2, so it is doubled.
+    """
+    doubled_tail = _TRAILING_BACKSLASHES.sub(r"\1\1", ci_text(value))
+    return _BARE_ESCAPED_BRACKET.sub(r"\\\\[", _rich_escape(doubled_tail))
 
 
 def gh_data(value: object) -> str:

@@ -128,7 +128,8 @@ def test_cloud_names_resolve_to_catalog_gpus():
     assert (find_gpu("NVIDIA-H800").key, find_gpu("nvidia-l20").key, find_gpu("A800-SXM4-80GB").key) == (
         "H800", "L20", "A800-80GB")
     # New entries without a measured total are labelled nominal, as the catalog requires.
-    assert {find_gpu(n).memory_kind for n in ("H800", "L20", "RTX-PRO-6000")} == {"nominal"}
+    assert {find_gpu(n).memory_kind for n in ("H800", "L20")} == {"nominal"}
+    assert find_gpu("RTX-PRO-6000").memory_kind == "cuda"  # the Server Edition's totalGlobalMem
     assert find_gpu("A800-80GB").total_memory_bytes == 81_920 * 2**20  # nvidia-smi 81,920 MiB
 
 

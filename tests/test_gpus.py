@@ -62,6 +62,7 @@ def test_h100_sxm_total_is_the_cuda_figure_solved_from_the_vllm_logs():
         ("L40S", 47_576_711_168),  # deviceQuery 45,373 MBytes
         ("T4", 15_835_660_288),  # deviceQuery 15,102 MBytes
         ("RTX-5090", 33_677_180_928),  # deviceQuery 32,117 MBytes
+        ("RTX-PRO-6000", 101_975_851_008),  # Server Edition totalGlobalMem; torch prints 97,250 MiB
         ("V100-32GB", 34_058_272_768),  # NVML memory_info.total
         ("MI300X", 206_141_652_992),  # 25,767,706,624 B per CPX partition × 8
         ("A10G", 23_028 * 1_048_576),  # nvidia-smi 23,028 MiB

@@ -101,6 +101,16 @@ _A = "amd"
 # [a5000-query]: a published device query of an "NVIDIA RTX A5000" ("Total amount of global memory: 24226 MBytes
 #   (25402343424 bytes)", 64 multiprocessors, compute 8.6) in a CUDA teaching page held in the stored code index,
 #   which does not name its repository
+# [opticks-pro6000]: https://github.com/simoncblyth/opticks/blob/d162f86f43e76fb96a4d27528c8e6cb12bff62cf/notes/
+#   issues/opticks_ctest_shakedown_with_cuda131_on_rtx6000pro_server.rst ("NVIDIA RTX PRO 6000 Blackwell Server
+#   Edition", CUDA 13.1: "totalGlobalMem_bytes : 101975851008"); https://github.com/antirez/ds4/issues/563 prints
+#   the same card's nvidia-smi "97887MiB" and cudaMemGetInfo "total=94.97 GiB".
+#   Drivers move it by tens of MiB (vLLM 0.27.1 under driver 610.43.02 prints 95.01 GiB, 40 MiB more), and a
+#   Workstation Edition under WSL2 reports 95.59 GiB [sglang#24364]
+# [internvl-pro6000]: https://github.com/Jessi11111/fine-tuning-InternVL-78B/blob/
+#   16a3892b65f86d5ac03b2c72e3ef2f74f93524fc/README.md (torch 2.7.1: "_CudaDeviceProperties(name='NVIDIA RTX PRO
+#   6000 Blackwell Server Edition', ... total_memory=97250MB, multi_processor_count=188")
+# [sglang#24364]: https://github.com/sgl-project/sglang/issues/24364 ("GPU 0 has a total capacity of 95.59 GiB")
 # [h100pcie-query]: a published nvidia-smi / nvaccelinfo print of two "NVIDIA H100 PCIe" (driver 565.57.01,
 #   2025-01-20: 81559MiB each; "Global Memory Size: 85045477376", 114 multiprocessors), held in the stored code
 #   index, which does not name its repository
@@ -319,10 +329,10 @@ _CATALOG: tuple[GpuSpec, ...] = (
     GpuSpec(
         "RTX-PRO-6000", "NVIDIA RTX PRO 6000 Blackwell 96GB GDDR7",
         ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "NVIDIA RTX PRO 6000 Blackwell Server Edition"),
-        96 * GiB, "nominal: 96 GB, NVIDIA's MIG profile name RTX-PRO-6000-96GB [mig-parted#224]; device names"
-        " [cfg-pro6000ws, cfg-pro6000se]; no totals found",
+        101_975_851_008, "cuda: Server Edition totalGlobalMem 101,975,851,008 B (94.97 GiB) [opticks-pro6000];"
+        " torch total_memory=97250MB [internvl-pro6000]; device names [cfg-pro6000ws, cfg-pro6000se]",
         ("RTX-PRO-6000-96GB", "RTX-PRO-6000-Blackwell", "RTXPRO6000", "nvidia-rtx-pro-6000"),
-        _N,
+        _N, nvidia_smi_bytes=97_887 * MiB,
     ),
     GpuSpec(
         "RTX-A6000", "NVIDIA RTX A6000 48GB GDDR6", ("NVIDIA RTX A6000",),
