@@ -115,6 +115,20 @@ def test_reads_refusals_and_their_figures():
     assert sampler.error.endswith("when initializing the engine.")
 
 
+def test_reads_a_pasted_docker_run_of_the_vllm_image():
+    # The image's entrypoint is `vllm serve`: the model follows the image, the flags after it; the shell's line
+    # continuations are dropped, and an image install is recorded (the tag "latest" names no release).
+    log = _read("vllm-0.27-4xrtxpro6000-docker-qwen3-235b-fp8.log")
+    s = log.settings
+    assert (s.model, s.tp, s.max_model_len, s.max_num_seqs, s.utilization, s.install) == (
+        "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", 4, 32768, 32, 0.9, "image")
+    assert log.version is None
+    tagged = read_log("docker run --gpus all vllm/vllm-openai:v0.27.1 Qwen/Qwen3-8B --enforce-eager \\\n"
+                      "  --max-model-len 8192\nINFO [gpu_worker.py:563] Available KV cache memory: 20.00 GiB\n", "cmd")
+    assert (tagged.version, tagged.settings.model, tagged.settings.enforce_eager, tagged.settings.max_model_len) == (
+        "0.27.1", "Qwen/Qwen3-8B", True, 8192)
+
+
 def test_reads_the_newest_one_line_summary():
     log = _read("vllm-0.31-qwen2.5-coder-1.5b.log")
     assert log.version == "0.31.0"
@@ -251,6 +265,10 @@ VLLM_LOOP = [
     # "Initializing a V0 LLM engine": planned on V0, which (0.6.5+) charges only the 0.03 GiB of non-torch growth
     # the log prints, not the CUDA context that 0.8.5's default V1 engine would charge.
     pytest.param("vllm-0.8-t4-v0-llama-3.2-3b.log", {"model": "meta-llama/Llama-3.2-3B-Instruct"}, id="0.8-t4-v0"),
+    # 0.27's summary prints the CUDA-graph charge inside "peak activation" (85.51 - 56.89 - 0.76 = 27.86 GiB, the
+    # logged 27.85); tp 4 comes from the pasted `docker run` of the vllm/vllm-openai image.
+    pytest.param("vllm-0.27-4xrtxpro6000-docker-qwen3-235b-fp8.log",
+                 {"gpu": "RTX-PRO-6000", "model": "Qwen/Qwen3-235B-A22B-FP8", "version": "0.27.1"}, id="0.27-tp4"),
 ]
 
 

@@ -68,8 +68,19 @@ def _vllm_profile(log: StartupLog, d: Deployment, v: Verdict) -> tuple[dict[str,
     if non_torch is None and consumed is not None and weights is not None:
         non_torch = values["non_torch_bytes"] = consumed.as_int - weights
         why["non_torch_bytes"] = f"derived: line {consumed.line}, consumed memory - weights"
+    elif non_torch is None and consumed is not None and _term(v, "weights") is not None:
+        # No "Model loading took" line: the consumed memory still fixes weights + non-torch, so the non-torch
+        # term takes what kvplan's weights leave of it (club-3090#1087: 15.03 GiB consumed, 14.49 modelled).
+        non_torch = values["non_torch_bytes"] = consumed.as_int - (_term(v, "weights") or 0)
+        why["non_torch_bytes"] = f"derived: line {consumed.line}, consumed memory - kvplan's weights"
     graphs = measured("cuda_graph_bytes", "cuda_graph_estimate") or measured("cuda_graph_bytes", "cuda_graph_actual")
     activation = measured("activation_peak_bytes", "activation_peak")
+    if activation is not None and consumed is not None and graphs and _term(v, "cuda_graphs") is not None:
+        # The consumed-memory summary (0.26+) prints as "peak activation" all the budget takes beyond consumed
+        # memory, the CUDA-graph estimate included: Qwen3-235B at tp 4 on 0.27.1, 85.51 - 56.89 - 0.76 = 27.86
+        # GiB, the logged 27.85. The profile keeps the graphs as their own term, so the activation is the rest.
+        activation = values["activation_peak_bytes"] = activation - graphs
+        why["activation_peak_bytes"] += ", less the CUDA graphs (0.26+ prints them together)"
     available = r.get("available_kv")
     util = log.settings.utilization or resolved_setting(v, "gpu_memory_utilization")
     if activation is None and available is not None and weights is not None and util:

@@ -126,6 +126,9 @@ _ARGS = re.compile(r"non-default args: (\{.*)")
 _NAMESPACE = re.compile(r"args: Namespace\((.*)")
 _CONFIG = re.compile(r"with config: (.*)")
 _SERVE = re.compile(r"\bvllm serve\s+(\S+)(.*)")
+# `docker run ... vllm/vllm-openai:v0.27.1 MODEL --flags`: the image's entrypoint is `vllm serve`, its tag the release.
+_IMAGE_RUN = re.compile(r"\bvllm/vllm-openai(?::(?P<tag>[\w.+-]+))?\s+(?P<args>.*)")
+_RELEASE_TAG = re.compile(r"v?(\d+\.\d+(?:\.\d+)*)$")
 _MAX_LEN = re.compile(r"Using max model len " + N)
 _CHUNKED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=" + N)
 _UNSLOTH_LOAD = re.compile(r"Unsloth: vLLM loading (\S+) with actual GPU utilization = " + N + "%")
@@ -209,6 +212,9 @@ def _settings(c: Collector, rec: Record) -> None:
     if m:
         c.set("model", m.group(1), user=True, overwrite=False)
         _settings_from(c, cli_flags(m.group(2)), user=True, overwrite=False)
+    m = _IMAGE_RUN.search(text)
+    if m:
+        _image_run(c, m)
     for regex, name in ((_MAX_LEN, "max_model_len"), (_CHUNKED, "max_num_batched_tokens")):
         m = regex.search(text)
         if m:
@@ -230,6 +236,20 @@ def _settings(c: Collector, rec: Record) -> None:
         m = regex.search(text)
         if m:
             c.set("device_name", m.group(1).replace("_", " ").strip(), overwrite=False)
+
+
+def _image_run(c: Collector, m: re.Match[str]) -> None:
+    """A pasted `docker run` of the vllm/vllm-openai image: the model (the first word after the image, unless the
+    command passes --model), the flags, the tag's release where it names one (not "latest"), an image install.
+    The shell's line continuations (a lone backslash) are dropped first."""
+    words = [w for w in m.group("args").split() if w != "\\"]
+    if words and not words[0].startswith("-"):
+        c.set("model", words[0], user=True, overwrite=False)
+    _settings_from(c, cli_flags(" ".join(words)), user=True, overwrite=False)
+    c.set("install", "image", overwrite=False)
+    tag = _RELEASE_TAG.match(m.group("tag") or "")
+    if tag and c.version is None:
+        c.version = tag.group(1)
 
 
 def install_shown(text: str) -> str | None:
