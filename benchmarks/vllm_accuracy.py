@@ -36,7 +36,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from kvplan.calibrate.vllm_log import install_shown  # noqa: E402
 from kvplan.capacity.deployment import BoxProfile  # noqa: E402
 from kvplan.capacity.weights import CHECKPOINT_FLAGS, names_checkpoint_format  # noqa: E402
-from kvplan.engines.vllm import VllmFlags, VllmReport, plan_vllm, resolve_flags  # noqa: E402
+from kvplan.engines.vllm import VllmFlags, VllmReport, graphs_charged, plan_vllm, resolve_flags  # noqa: E402
 from kvplan.engines.vllm_graphs import capture_sizes  # noqa: E402
 from kvplan.engines.vllm_lora import LoraSlots  # noqa: E402
 from kvplan.engines.vllm_memory import HOPPER, padded_vocab  # noqa: E402
@@ -555,13 +555,29 @@ def _gib(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+_CONSUMED_SUMMARY = "GiB for consumed memory (weights + non-torch)"
+
+
+def _predicted_activation(r: Result) -> int:
+    """kvplan's figure for the log's "peak activation". vLLM 0.26+'s consumed-memory summary prints under that name
+    all the budget takes beyond weights and non-torch memory, the CUDA-graph estimate included (fentz26's
+    Qwen3.8-27B: 30.1 - 14.94 - 4.81 = 10.35 GiB available, 3.51 of the 4.81 its logged graph estimate), so the
+    plan's charged graph estimate joins its activation there."""
+    m = r.b.stages[0].memory
+    summary = any(_CONSUMED_SUMMARY in line for line in r.case.row.get("raw", []))
+    graphs = r.b.cudagraph_bytes if summary and graphs_charged(r.b.flags) else 0
+    return m.activation_peak_bytes + graphs
+
+
 def _per_log(results: list[Result]) -> list[str]:
     lines = ["## Per log", "",
              "GiB as logged / predicted (rank 0). Marks: ~ release inferred by the collector, T GPU from the "
              "logged total, W weights from the log (the config lacks the checkpoint's quantization), "
              "R config stands in for the checkpoint (relation in configs/aliases.json), A weights unknown (neither "
              "config nor log): only tokens given the logged KV memory (mode A) are compared, O another process holds "
-             "memory on the GPU (as the thread states it; planned with --gpu-memory-in-use).", "",
+             "memory on the GPU (as the thread states it; planned with --gpu-memory-in-use). Activation: from 0.26 "
+             "vLLM prints the CUDA-graph estimate inside \"peak activation\", and kvplan's column adds its own "
+             "there.", "",
              "| split | log | GPU | release | outcome / predicted | weights | activation | available KV | "
              "tokens (B) | concurrency |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -584,7 +600,7 @@ def _per_log(results: list[Result]) -> list[str]:
         lines.append(
             f"| {c.split} | {row['id']} {marks} | {c.gpu_key} | {c.release} ({b.flags.engine}) "
             f"| {c.outcome} / {predicted} | {_gib(row.get('weights_gib'))} / {_gib(m.weights_bytes / GiB)} "
-            f"| {_gib(row.get('activation_peak_gib'))} / {_gib(m.activation_peak_bytes / GiB)} "
+            f"| {_gib(row.get('activation_peak_gib'))} / {_gib(_predicted_activation(r) / GiB)} "
             f"| {av} | {tok} | {conc} |"
         )
     return lines + [""]

@@ -93,6 +93,9 @@ class VllmRules:
     v2_runner: str | None = None
     v2_cudagraphs_profiled: bool = False  # V2 estimates CUDA graphs before the KV cache (0.29+) [1.20]
     v2_sharded_sampling: bool = False  # V2 samples each tp rank's share of the rows (0.29+) [1.20]
+    # V1's first FULL graph capture warms up with max_num_batched_tokens of context (profile_seq_lens); from 0.26
+    # a gated-DeltaNet hybrid leaves a transient of it in the allocator that the estimate counts (vllm#50780) [1.6]
+    gdn_graph_transient: bool = False
 
     @property
     def release(self) -> str:
@@ -177,6 +180,10 @@ def _changes() -> tuple[VllmRules, ...]:
     # until 0.29, and it warms kernels up instead of V1's sampler warm-up.
     change((0, 25, 0), "Model Runner V2 default for dense models: one float32 copy of the logits in the profiled "
            "sampler, no CUDA-graph estimate", v2_runner="dense")
+    # vllm#50780 (open): the estimator is unchanged from 0.23, but from 0.26.0 the GDN decode-with-context path
+    # its FULL warm-up runs leaves a transient that grows with max_num_batched_tokens (op not pinned upstream).
+    change((0, 26, 0), "a gated-DeltaNet hybrid's CUDA-graph estimate holds a profiling transient (not modelled)",
+           gdn_graph_transient=True)
     change((0, 27, 0), "non-KV memory = drop in free memory + transient peak (same terms)", v1_budget="consumed")
     change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line; "
            "no bitsandbytes", blackwell_1024=True, combined_kv_line=True, bitsandbytes=False)
