@@ -269,6 +269,11 @@ VLLM_LOOP = [
     # logged 27.85); tp 4 comes from the pasted `docker run` of the vllm/vllm-openai image.
     pytest.param("vllm-0.27-4xrtxpro6000-docker-qwen3-235b-fp8.log",
                  {"gpu": "RTX-PRO-6000", "model": "Qwen/Qwen3-235B-A22B-FP8", "version": "0.27.1"}, id="0.27-tp4"),
+    # Weights and KV memory only: activation and non-torch share what the budget leaves (split as modelled).
+    pytest.param("vllm-0.11-h100-codellama-34b.log", {"gpu": "H100", "model": "codellama/CodeLlama-34b-Instruct-hf"},
+                 id="0.11-h100-34b"),
+    # More KV memory than the catalog's RTX 3090 total allows at 0.85: the box's total is derived.
+    pytest.param("vllm-0.19-wsl-rtx3090-phi-3-mini.log", {"gpu": "RTX-3090"}, id="0.19-wsl-3090"),
 ]
 
 
@@ -280,6 +285,37 @@ def test_vllm_same_deployment_with_the_profile_reproduces_the_log(name, kw):
     stages = v.account.detail.get("stages")
     available = stages[0]["available_kv_cache_bytes"] if stages else v.account.kv_budget_bytes
     assert abs(available - logged) <= 0.005 * logged
+
+
+def test_terms_the_log_leaves_out_close_the_budget_as_modelled():
+    # CodeLlama-34B on 0.11.0 prints weights (62.8571 GiB) and KV memory (8.18 GiB) only. The catalog H100
+    # (85,028,372,480 B) at 0.9 gives 76,525,535,232 B, 71.27 GiB: 71.27 - 62.857 - 8.18 = 0.233 GiB for
+    # activation and non-torch together, which kvplan models as 114,392,956 B and 256 MiB (0.11 and 0.25 GiB).
+    # Each keeps its share of the sum: 0.070 and 0.163 GiB.
+    r = _calibrate("vllm-0.11-h100-codellama-34b.log", gpu="H100", model="codellama/CodeLlama-34b-Instruct-hf")
+    p, why = r.profile, r.provenance
+    assert why["weights_bytes"].startswith("measured") and why["total_memory_bytes"].startswith("catalog")
+    assert why["activation_peak_bytes"] == why["non_torch_bytes"]
+    assert "activation + non-torch, split as kvplan models them" in why["non_torch_bytes"]
+    requested = math.ceil(p.total_memory_bytes * 0.9)
+    kv = r.log.primary.get("available_kv").as_int
+    # The two share the rest to the byte (the log's KV figure, 8.18 GiB, is what the budget leaves).
+    assert abs(requested - p.weights_bytes - kv - p.activation_peak_bytes - p.non_torch_bytes) <= 2**20
+    assert 0 < p.activation_peak_bytes < p.non_torch_bytes
+
+
+def test_a_total_the_catalog_cannot_reach_is_derived_and_the_profiling_override_is_not_the_kv_cache():
+    # Phi-3-mini in float16 at 0.85 under WSL: 7.12 GiB of weights and 13.06 GiB of KV memory are 20.18 GiB, more
+    # than 0.85 x the catalog's RTX 3090 (23.56 GiB) = 20.03 GiB before any activation. The profile takes the
+    # total that leaves the logged KV memory beside kvplan's activation, non-torch (and the logged graph
+    # estimate, which 0.19 does not subtract): about 24.05 GiB.
+    r = _calibrate("vllm-0.19-wsl-rtx3090-phi-3-mini.log", gpu="RTX-3090")
+    assert r.provenance["total_memory_bytes"].startswith("derived")
+    assert "RTX-3090 total, 23.56 GiB, cannot" in r.provenance["total_memory_bytes"]
+    assert 24.0 * GiB < r.profile.total_memory_bytes < 24.1 * GiB
+    # "Overriding num_gpu_blocks=0 with num_gpu_blocks_override=512" is 0.19's CUDA-graph profiling cache (512 =
+    # the largest capture size), printed before the KV cache is sized: not a block count.
+    assert r.log.primary.get("num_blocks") is None
 
 
 def _available(d: Deployment) -> int:

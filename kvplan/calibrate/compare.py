@@ -8,6 +8,7 @@ engine started, and on a refusal for lack of KV room.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, field, replace
 from pathlib import PurePath
@@ -436,6 +437,83 @@ def _plan(d: Deployment) -> tuple[Verdict | None, str | None]:
         return None, f"kvplan cannot plan what the log ran: {exc.message}"
 
 
+# The per-rank terms the budget subtracts: the profile's field, the row that predicts it (stage 0), a label.
+_BUDGET_TERMS = (("activation_peak_bytes", "activation_peak", "activation"),
+                 ("non_torch_bytes", "non_torch", "non-torch"), ("cuda_graph_bytes", "cuda_graphs", "CUDA graphs"),
+                 ("weights_bytes", "weights", "weights"))
+
+
+def _row(engine: str, key: str) -> Row:
+    return next(row for row in ROWS[engine] if row.key == key)
+
+
+def _close_budget(log: StartupLog, d: Deployment, profile: BoxProfile, provenance: dict[str, str],
+                  replayed: Verdict) -> tuple[BoxProfile, dict[str, str], Verdict]:
+    """Where the log prints the KV memory but not every term the budget subtracts, the terms it leaves out
+    together take what the budget has beyond it: their sum is fixed, and it is split as kvplan models them.
+    CodeLlama-34B on 0.11.0 prints weights and KV memory only: 71.27 - 62.86 - 8.18 = 0.23 GiB for activation
+    and non-torch, which kvplan models as 0.11 and 0.25 GiB, so they become 0.07 and 0.16. A term the log
+    measured stays as measured. If even zero for the others leaves the logged KV memory out of reach, the
+    catalog's total is not the box's: it is derived where the log prints none (_raise_total)."""
+    logged = log.get("available_kv")
+    available = _row("vllm", "available_kv").predict
+    figure = available(replayed)
+    if logged is None or figure is None:
+        return profile, provenance, replayed
+    residual = round(figure - logged.value)  # > 0: the plan leaves more KV memory than the log
+    if abs(residual) <= logged.resolution / 2:
+        return profile, provenance, replayed
+    # A term the plan does not report is not in this release's budget (CUDA graphs before 0.20).
+    free = {field: int(value) for field, key, _ in _BUDGET_TERMS
+            if (value := _row("vllm", key).predict(replayed)) is not None
+            and not provenance.get(field, "").startswith("measured")}
+    held = sum(free.values())
+    wanted = held + residual
+    # Each printed figure is rounded to half its last digit, so the measured terms and the KV memory may leave a
+    # few MB below zero for terms that are truly none (vllm#10511 prints all four: 71.29 - 14.96 - 1.79 - 1.26 =
+    # 53.28 GiB against 53.29 logged, so CUDA graphs, planned for an unstated release, take 0).
+    printed = 2 + sum(provenance.get(field, "").startswith("measured") for field, _, _ in _BUDGET_TERMS)
+    if -printed * logged.resolution / 2 <= wanted < 0:
+        wanted = 0
+    if wanted < 0:
+        return _raise_total(log, d, profile, provenance, replayed, residual)
+    if not free:
+        return profile, provenance, replayed
+    names = [label for field, _, label in _BUDGET_TERMS if field in free]
+    values: dict[str, Any] = {field: (value * wanted // held if held else 0) for field, value in free.items()}
+    first = next(iter(values))
+    values[first] += wanted - sum(values.values())  # the integer remainder
+    split = ", split as kvplan models them" if len(free) > 1 else ""
+    why = (f"derived: line {logged.line}, the budget less the logged KV memory leaves {wanted / GiB:.2f} GiB for "
+           f"{' + '.join(names)}{split}")
+    closed = replace(profile, **values)
+    again, _ = _plan(replace(d, profile=closed))
+    if again is None:
+        return profile, provenance, replayed
+    return closed, {**provenance, **dict.fromkeys(values, why)}, again
+
+
+def _raise_total(log: StartupLog, d: Deployment, profile: BoxProfile, provenance: dict[str, str],
+                 replayed: Verdict, residual: int) -> tuple[BoxProfile, dict[str, str], Verdict]:
+    """The logged KV memory is more than the catalog's total leaves even with nothing else subtracted: where
+    the log prints no total, the box's is the one that leaves it (requested = total x utilization). Phi-3-mini
+    on an "RTX 3090" under WSL at 0.85: 7.12 GiB of weights and 13.06 of KV memory need 20.18 of the 20.03 GiB
+    that 0.85 x 23.56 gives, before any activation."""
+    util = resolved_setting(replayed, "gpu_memory_utilization")
+    logged = log.get("available_kv")
+    if not provenance.get("total_memory_bytes", "").startswith("catalog") or not util or logged is None:
+        return profile, provenance, replayed
+    total = math.ceil((replayed.account.requested_bytes - residual) / float(util))
+    raised = replace(profile, total_memory_bytes=total)
+    again, _ = _plan(replace(d, profile=raised))
+    if again is None:
+        return profile, provenance, replayed
+    why = (f"derived: line {logged.line}, the total that leaves the logged KV memory at utilization {util} beside "
+           f"kvplan's other terms (the catalog's {d.gpu.key} total, {d.gpu.total_memory_bytes / GiB:.2f} GiB, "
+           "cannot)")
+    return raised, {**provenance, "total_memory_bytes": why}, again
+
+
 def calibrate(log: StartupLog, *, model: str | None = None, gpu: str | GpuSpec | None = None,
               version: str | None = None, offline: bool = False) -> Report:
     """Compare `log` with kvplan's plan of the same deployment, and replay it with the box's profile. `gpu`: a
@@ -449,6 +527,8 @@ def calibrate(log: StartupLog, *, model: str | None = None, gpu: str | GpuSpec |
     if d is not None and v is not None:
         profile, provenance = build_profile(log, d, v)
         replayed, _ = _plan(replace(d, profile=profile))
+        if replayed is not None and log.engine == "vllm":
+            profile, provenance, replayed = _close_budget(log, d, profile, provenance, replayed)
     components = tuple(
         Component(row.key, row.label, row.unit, row.logged(log), None if v is None else row.predict(v),
                   None if replayed is None else row.predict(replayed), row.note)

@@ -87,7 +87,11 @@ PATTERNS = (
             Field("concurrency_len", 1, TOKENS), Field("max_concurrency", 2, TIMES), per_rank=False),
     pattern(r"(?:# (?:GPU|gpu|cuda|CUDA|rocm) blocks|(?<![#\w] )GPU blocks|num_gpu_blocks is): " + N,
             Field("num_blocks", 1, BLOCKS), per_rank=False),
-    pattern(r"num_gpu_blocks_override=" + N, Field("num_blocks", 1, BLOCKS), per_rank=False),
+    # A user's --num-gpu-blocks-override replaces the count vLLM sized. From 0.18.1 the CUDA-graph profiling
+    # prints the same line for its throwaway cache ("num_gpu_blocks=0 with num_gpu_blocks_override=512", the
+    # largest capture size): that one is not the KV cache.
+    pattern(r"Overriding num_gpu_blocks=[1-9][\d,]* with num_gpu_blocks_override=" + N,
+            Field("num_blocks", 1, BLOCKS), per_rank=False),
     pattern(r"stored in KV cache \(" + N + r"\)", Field("kv_tokens", 1, TOKENS), per_rank=False),
     pattern(N + r" GiB KV cache is needed", Field("kv_needed", 1)),
     pattern(r"larger than the available KV cache memory \(" + N + r" GiB\)", Field("available_kv", 1)),
