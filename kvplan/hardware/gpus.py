@@ -107,6 +107,11 @@ _A = "amd"
 #   the same card's nvidia-smi "97887MiB" and cudaMemGetInfo "total=94.97 GiB".
 #   Drivers move it by tens of MiB (vLLM 0.27.1 under driver 610.43.02 prints 95.01 GiB, 40 MiB more), and a
 #   Workstation Edition under WSL2 reports 95.59 GiB [sglang#24364]
+# [thamada-dq-a40]: https://github.com/thamada/nvidia-smi/blob/HEAD/nvsim/A40x10_deviceQuery.py (deviceQuery of
+#   10 x "NVIDIA A40", CUDA 12.4, ECC enabled: "45403 MBytes (47608692736 bytes)", 84 multiprocessors). nvidia-smi
+#   prints the card's total as 46068MiB (two public nvidia-smi tables in the stored code index).
+# [gpu-speed-test-a40]: https://github.com/lijichen/GPU-Speed-Test (README: 8 x "NVIDIA A40 total=44.42 GiB" from
+#   its CUDA memory stress tool). Drivers move the total by tens of MiB, as for the other cards.
 # [internvl-pro6000]: https://github.com/Jessi11111/fine-tuning-InternVL-78B/blob/
 #   16a3892b65f86d5ac03b2c72e3ef2f74f93524fc/README.md (torch 2.7.1: "_CudaDeviceProperties(name='NVIDIA RTX PRO
 #   6000 Blackwell Server Edition', ... total_memory=97250MB, multi_processor_count=188")
@@ -244,10 +249,12 @@ _CATALOG: tuple[GpuSpec, ...] = (
         _N,
     ),
     GpuSpec(
-        "A40", "NVIDIA A40 48GB GDDR6", (),
-        48 * GiB, "nominal: 48 GB GDDR6 [lambda-csv]; no totals found",
-        ("A40-48GB", "NVIDIA A40"),
-        _N,
+        "A40", "NVIDIA A40 48GB GDDR6 (ECC)", ("NVIDIA A40",),
+        47_608_692_736,
+        "cuda: deviceQuery 45,403 MBytes (47,608,692,736 B), CUDA drv 12.4, ECC on [thamada-dq-a40]; a CUDA memory"
+        " test prints 44.42 GiB [gpu-speed-test-a40]",
+        ("A40-48GB",),
+        _N, nvidia_smi_bytes=46_068 * MiB,
     ),
     GpuSpec(
         "L4", "NVIDIA L4 24GB GDDR6", ("NVIDIA L4",),
