@@ -31,6 +31,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from kvplan.calibrate.compare import calibrate  # noqa: E402
 from kvplan.calibrate.formats import read_log  # noqa: E402
 from kvplan.calibrate.log import StartupLog  # noqa: E402
+from kvplan.capacity.deployment import BoxProfile  # noqa: E402
 from kvplan.engines.release import parse_release  # noqa: E402
 from kvplan.engines.sglang import SglangOptions  # noqa: E402
 from kvplan.engines.sglang_releases import release_of, rules_for  # noqa: E402
@@ -79,6 +80,7 @@ class Row:
     fraction_rule: float | None = None  # kvplan's default fraction for this log's GPU and release
     fraction_logged: float | None = None
     excluded: str = ""  # why a log is out of the summary
+    weights_from_log: bool = False  # mode B: the config lacks the checkpoint's quantization, the log's weights stand
     reason: str = ""  # why a mode could not run
 
 
@@ -86,6 +88,11 @@ def _version(rec: dict) -> str | None:
     text = rec.get("engine_version") or rec.get("engine_version_inferred") or ""
     m = re.search(r"\d+\.\d+(?:\.\d+)?", text)
     return m.group(0) if m and parse_release(m.group(0)) else None
+
+
+def _quantized_variant(rec: dict, aliases: dict) -> bool:
+    alias = aliases.get(rec.get("model") or "")
+    return bool(alias) and alias.get("relation") == "quantized variant"
 
 
 def _model(rec: dict, aliases: dict) -> str | None:
@@ -178,8 +185,16 @@ def evaluate(rec: dict, aliases: dict) -> Row:
         row.a_tokens, row.a_kv = _pool(replay)
         row.called, row.predicted = _called(log.outcome, replay)
     if gpu is not None:
-        row.b_tokens, row.b_kv = _pool(report.verdict)
-        row.called, row.predicted = _called(log.outcome, report.verdict)
+        # A quantized export planned from its base model's config: kvplan would size the base model's weights, so
+        # mode B takes the log's own weights as the vLLM benchmark does ("W"); everything else is the deployment's.
+        deployment = report.verdict
+        if _quantized_variant(rec, aliases) and weights is not None:
+            pinned = BoxProfile(source=rec["id"], engine="sglang", gpu_name=d.gpu.key, model=d.model.name,
+                                tp=d.parallelism.tp, pp=d.parallelism.pp, weights_bytes=weights.as_int)
+            deployment = plan(replace(d, profile=pinned))
+            row.weights_from_log = True
+        row.b_tokens, row.b_kv = _pool(deployment)
+        row.called, row.predicted = _called(log.outcome, deployment)
     elif free is None:
         row.reason = "the log prints no free memory and the record names no GPU"
     defaults = plan(replace(d, engine=replace(options, mem_fraction_static=None)))
@@ -214,7 +229,8 @@ def report(rows: list[Row]) -> str:
            "held out (nothing is fitted on them). Mode A plans each log from its own measured free memory and "
            "weights (what `kvplan calibrate` saves as the box's profile), so it tests SGLang's rules: the "
            "fraction (its default per release where the log gives none), the pool arithmetic, page rounding. "
-           "Mode B plans from the deployment alone: the catalog GPU, kvplan's weights and context. KV memory is "
+           "Mode B plans from the deployment alone: the catalog GPU, kvplan's weights and context (W: the config "
+           "stands for a quantized export's base model, so the log's weights stand in). KV memory is "
            "the pool's K + V sizes as logged; KV tokens the pool's size.", "",
            "| log | GPU | release | logged tokens | A tokens | A memory | B tokens | B memory | call |",
            "|---|---|---|---:|---:|---:|---:|---:|---|"]
@@ -222,7 +238,8 @@ def report(rows: list[Row]) -> str:
         call = "-" if r.called is None else ("right" if r.called else f"WRONG ({r.predicted})")
         note = f" [excluded: {r.excluded}]" if r.excluded else ""
         note += f" [{r.reason}]" if r.reason else ""
-        out.append(f"| {r.rec['id']}{note} | {r.gpu} | {r.release} | "
+        mark = " W" if r.weights_from_log else ""
+        out.append(f"| {r.rec['id']}{mark}{note} | {r.gpu} | {r.release} | "
                    f"{'-' if r.tokens is None else f'{r.tokens:,}'} ({r.rec['outcome']}) | "
                    f"{_pct(_err(r.a_tokens, r.tokens))} | {_pct(_err(r.a_kv, r.kv_bytes))} | "
                    f"{_pct(_err(r.b_tokens, r.tokens))} | {_pct(_err(r.b_kv, r.kv_bytes))} | {call} |")

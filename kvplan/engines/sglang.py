@@ -74,11 +74,11 @@ PAGE_RULES: dict[str, tuple[tuple[int, ...], int]] = {
 _MULTIMODAL_WORDS = ("ForConditionalGeneration", "VLForCausalLM", "Llava", "Vision")
 # Releases and GPUs the held-out SGLang logs cover (benchmarks/sglang_accuracy.py, benchmarks/logs/sglang.jsonl).
 LOGGED_RANGES = ((0, 4, 0), (0, 4, 3), (0, 4, 6), (0, 5, 3), (0, 5, 23))
-LOGGED_GPUS = ("RTX-3090", "L4", "H100-80GB", "H200", "MI300X", "RTX-5090")
+LOGGED_GPUS = ("RTX-3090", "L4", "H100-80GB", "H200", "MI300X", "RTX-5090", "A40")
 # benchmarks/results/sglang_accuracy.md, KV tokens on the held-out logs (tests check these are its figures):
 # A from each box's measured free memory (what a calibrated profile gives), B from the deployment alone.
-A_LOGS, A_MAE_PCT, A_WORST_PCT = 6, 0.07, 0.14
-B_LOGS, B_MAE_PCT, B_WORST_PCT = 5, 2.66, 8.06
+A_LOGS, A_MAE_PCT, A_WORST_PCT = 8, 0.06, 0.14
+B_LOGS, B_MAE_PCT, B_WORST_PCT = 7, 2.01, 8.06
 
 
 @dataclass(frozen=True)
@@ -476,7 +476,7 @@ def calibration(d: Deployment, rules: SglangRelease) -> Calibration:
         outside.append("Mamba/linear-attention state pool (no logs with its size)")
     return Calibration(
         in_range=not outside,
-        checked_on="SGLang 0.4.2-0.5.13 and 2026 builds, 13 held-out logs (benchmarks/results/sglang_accuracy.md)",
+        checked_on="SGLang 0.4.2-0.5.17 and 2026 builds, 15 held-out logs (benchmarks/results/sglang_accuracy.md)",
         outside=tuple(outside),
         error_band=f"token pool off by {A_MAE_PCT}% on average, {A_WORST_PCT}% at worst on {A_LOGS} logs from the "
                    f"box's measured free memory (a calibrated profile); end to end {B_MAE_PCT}% and {B_WORST_PCT}% "
