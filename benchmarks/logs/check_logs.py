@@ -150,6 +150,7 @@ VLLM_FIGS = {
         r"Loading model weights took " + N + r" ?GB",
         r"model weights take\s+" + N + r" ?GiB",
         r"weights memory: " + N + r" ?GiB",
+        r"Actual usage is " + N + r" GiB for weight\b",  # the summary before 0.27 (then: consumed memory)
     ],
     "total_gpu_memory_gib": [
         r"total_gpu_memory[= ]\(?" + N + r" ?GiB",
