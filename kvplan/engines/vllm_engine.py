@@ -249,7 +249,7 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
         # fentz26's Qwen3.8-27B at tp 2 on 0.27.1 (256 sequences, 32 context tokens each): estimated 3.51 GiB for
         # 51 + 35 graphs, kvplan 0.93; dfch's at tp 4 on 0.26.0 (512 sequences, 16 each): 0.96, kvplan 1.05.
         sample = min(f.max_model_len, f.max_num_batched_tokens // max(r.graphs.full))
-        out.append(f"vLLM {f.version} may estimate this gated-DeltaNet hybrid's CUDA graphs GiBs above the "
+        out.append(f"vLLM {f.version} may estimate this gated-DeltaNet hybrid's CUDA graphs well above the "
                    f"planned {fmt_gib(r.cudagraph_bytes)}: its first FULL capture warms up {max(r.graphs.full)} "
                    f"requests of {sample:,} context tokens, which leaves a transient that grows with "
                    "--max-num-batched-tokens (vllm#50780; not modelled: Qwen3.8-27B logged 3.51 GiB against 0.93 "
