@@ -52,7 +52,7 @@ from kvplan.units import GiB  # noqa: E402
 LOGS = REPO / "benchmarks" / "logs"
 RESULTS = REPO / "benchmarks" / "results"
 FILES = (("vllm-h100-0.19.jsonl", "fit"), ("vllm.jsonl", "holdout"))
-FAILURE_CODES = ("one_request", "no_kv_memory")
+FAILURE_CODES = ("one_request", "no_kv_memory", "mamba_blocks")
 _ARGS_RE = re.compile(r"non-default args: (\{.*\})")
 _PAIR_RE = re.compile(r"'(\w+)': ('[^']*'|[\w.]+)")
 _RELEASE_RE = re.compile(r"\d+\.\d+(?:\.\d+)?")

@@ -458,3 +458,32 @@ def test_gdn_hybrid_graph_estimate_transient_is_named_from_0_26(runner):
     assert "vllm#50780" in hybrid and "256 requests of 8 context tokens" in hybrid
     assert "vllm#50780" not in notes("nvidia/Qwen3.6-27B-NVFP4", "0.25.1")
     assert "vllm#50780" not in notes("Qwen/Qwen3-8B", "0.27.1")
+
+
+def test_hybrid_max_num_seqs_above_the_cache_blocks_is_refused_from_0_20(runner):
+    # vllm#38270 (compilation.py resolve_cudagraph_mode_and_sizes): from 0.20 a hybrid with FULL decode graphs needs
+    # one state block per decode sequence and refuses max_num_seqs above the KV cache's block count. Qwen3.6-27B
+    # (48 DeltaNet + 16 attention layers) at 131,072 tokens on an H100 keeps fewer blocks than the default 1,024
+    # sequences: refused, and the refusal names the plan's own block count, the most sequences it can take.
+    from tests.conftest import run_json
+
+    def gpu(*args: str) -> dict:
+        return run_json(runner, "estimate", "nvidia/Qwen3.6-27B-NVFP4", "--seq", "131072", "--gpu", "H100",
+                        *args)["gpus"][0]
+
+    refused = gpu("--vllm-version", "0.20.0")
+    blocks = refused["engine_detail"]["num_gpu_blocks"]
+    assert refused["fits"] is False and refused["reason"]["code"] == "mamba_blocks"
+    assert 0 < blocks < 1024 and f"Mamba cache blocks ({blocks})" in refused["reason"]["message"]
+    assert {"field": "engine.max_num_seqs", "value": blocks} in [c for f in refused["fixes"] for c in f["changes"]]
+    # At that many sequences it starts; 0.19 capped the graph sizes instead; eager mode captures no FULL graphs.
+    assert gpu("--vllm-version", "0.20.0", "--max-num-seqs", str(blocks))["fits"] is True
+    assert gpu("--vllm-version", "0.19.1")["fits"] is True
+    from kvplan.api import EstimateRequest, GpuChoice, ModelSource, estimate
+    from kvplan.capacity.deployment import Workload
+    from kvplan.engines.vllm_engine import VllmOptions
+
+    eager = estimate(EstimateRequest(ModelSource("nvidia/Qwen3.6-27B-NVFP4", offline=True),
+                                     Workload(max_model_len=131072), gpu=GpuChoice(("H100",)),
+                                     engine=VllmOptions(version="0.20.0", enforce_eager=True)))
+    assert eager.results[0].verdict.account.refusal is None

@@ -121,6 +121,8 @@ CHANGES = [
     ("0.26.0", "0.27.0", "v1_budget", "snapshot", "consumed"),
     # vllm#50780: 0.25.1's GDN path leaves no warm-up transient in the FULL graph estimate, 0.26.0's does.
     ("0.25.1", "0.26.0", "gdn_graph_transient", False, True),
+    # vllm#38270: 0.17-0.19 capped the FULL decode sizes to a hybrid's blocks, 0.20 raises instead.
+    ("0.19.1", "0.20.0", "mamba_seqs_check", False, True),
     ("0.24.0", "0.25.0", "v2_runner", None, "dense"),
     ("0.28.0", "0.29.0", "v2_runner", "dense", "all"),
     ("0.28.0", "0.29.0", "v2_cudagraphs_profiled", False, True),

@@ -41,7 +41,7 @@ from kvplan.sources.resolve import resolve_model
 from kvplan.units import GiB
 
 TOLERANCE = 0.005  # the loop's target: the same deployment reproduces the log within 0.5%
-REFUSED_FOR_KV = ("no_kv_memory", "one_request")
+REFUSED_FOR_KV = ("no_kv_memory", "one_request", "mamba_blocks")
 # Refusals kvplan gives where the engine itself still starts: SGLang caps a request's length at its token pool
 # (max_req_input_len) instead of stopping.
 STARTS_ANYWAY: dict[str, tuple[str, ...]] = {"sglang": ("one_request",)}

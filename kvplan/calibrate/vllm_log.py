@@ -103,6 +103,8 @@ FAILURES = (
     (re.compile(r"To serve at least one request with the models?'s max seq len"), KV_OOM),
     (re.compile(r"is larger than the maximum number of tokens that can be stored in KV cache"), KV_OOM),
     (re.compile(r"No available memory for the cache blocks"), KV_OOM),
+    # 0.20+: a hybrid's cache has fewer blocks than max_num_seqs needs for their state (vllm#38270).
+    (re.compile(r"exceeds available Mamba cache blocks"), KV_OOM),
     (re.compile(r"CUDA out of memory occurred when warming up sampler"), OOM_OTHER),
     (re.compile(r"on startup is less than desired GPU memory utilization"), OTHER_FAILURE),
     (re.compile(r"torch\.OutOfMemoryError|torch\.cuda\.OutOfMemoryError|CUDA out of memory\. Tried"), OOM_OTHER),

@@ -30,6 +30,7 @@ REFUSAL_CODES = {
     "sampler_warmup_oom": "out of memory in the sampler warm-up after the KV cache was allocated",
     "startup_free_memory": "less free memory at start-up than the memory utilization asks for",
     "kv_alloc_oom": "out of memory allocating the KV cache the engine sized",
+    "mamba_blocks": "more sequences than a hybrid's cache has blocks for their state (FULL CUDA graphs)",
     "gpus": "fewer GPUs than the parallelism needs",
 }
 

@@ -624,7 +624,8 @@ def plan_vllm(
     warmup = _warmup(model, f, stages[-1], num_blocks, total, graphs) if f.engine == "v1" else None
     refusal = (_too_long(model, f, flags.allow_long_max_model_len) or _step_too_short(f)
                or _free_at_start(f, total, requested, stages)
-               or _startup_error(stages, f) or _cache_allocation(f, total, stages, num_blocks)
+               or _startup_error(stages, f) or _mamba_blocks(f, layout, modes, num_blocks)
+               or _cache_allocation(f, total, stages, num_blocks)
                or _warmup_refusal(warmup))
     report = VllmReport(
         gpu=gpu,
@@ -755,6 +756,23 @@ def _free_at_start(f: ResolvedFlags, total: int, requested: int, stages: list[St
         f"GPU memory utilization ({f.gpu_memory_utilization}, {format_gib(requested)} GiB). Decrease GPU memory "
         "utilization or reduce GPU memory used by other processes.",
         "engine.gpu_memory_utilization",
+    )
+
+
+def _mamba_blocks(f: ResolvedFlags, layout: KvCacheLayout, modes: GraphModes, num_blocks: int) -> Refusal | None:
+    """0.20+: a hybrid whose decode runs in FULL CUDA graphs needs one state block per decode sequence, so
+    initialize_kv_cache refuses max_num_seqs above the cache's block count (vllm#38270). Qwen3.8-27B in bf16 on
+    one RTX PRO 6000 at 8,192 tokens, 0.26.0: 616 blocks against the default 1,024 sequences."""
+    if not f.rules.mamba_seqs_check or not modes.full or f.max_num_seqs <= num_blocks:
+        return None
+    if not any(g.kind == "mamba" for g in layout.groups):
+        return None
+    return Refusal(
+        "mamba_blocks",
+        f"max_num_seqs ({f.max_num_seqs}) exceeds available Mamba cache blocks ({num_blocks}). Each decode sequence "
+        "requires one Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to at most "
+        f"{num_blocks} or increase gpu_memory_utilization.",
+        "engine.max_num_seqs",
     )
 
 

@@ -96,6 +96,9 @@ class VllmRules:
     # V1's first FULL graph capture warms up with max_num_batched_tokens of context (profile_seq_lens); from 0.26
     # a gated-DeltaNet hybrid leaves a transient of it in the allocator that the estimate counts (vllm#50780) [1.6]
     gdn_graph_transient: bool = False
+    # A hybrid (Mamba / DeltaNet state) with FULL decode graphs refuses max_num_seqs above the KV cache's block
+    # count, one state block per decode sequence (vllm#38270, compilation.py; 0.20+) [1.12]
+    mamba_seqs_check: bool = False
 
     @property
     def release(self) -> str:
@@ -171,9 +174,13 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 19, 0), "float16 KV spelling",
            kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc",
                             "fp8_ds_mla"))
+    # vllm#38270 (merged 2026-03) made resolve_cudagraph_mode_and_sizes raise where it had capped the capture
+    # sizes: NVIDIA-NeMo/RL#2620 bisects it to 0.17.1 (starts) -> 0.20.0 (raises), and vllm-project/recipes#551
+    # shows 0.17.0-0.19.0 reaching capture with 1,024 sequences on 856 blocks.
     change((0, 20, 0), "utilization 0.92; CUDA-graph estimate subtracted from the budget; Nemotron-H's SSM "
-           "state float32 unless the config says", default_utilization=0.92, cudagraphs_subtracted=True,
-           nemotron_ssm_default="float32")
+           "state float32 unless the config says; a hybrid's max_num_seqs bounded by the cache's blocks",
+           default_utilization=0.92, cudagraphs_subtracted=True, nemotron_ssm_default="float32",
+           mamba_seqs_check=True)
     change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len)", v1_tokens_rule="concurrency")
     # Model Runner V2 (release notes of 0.25.0, 2026-07-11, and 0.29.0, 2026-09-09): its profile_run samples the
     # dummy rows from one float32 copy of the logits (no top-k/top-p), its profile_cudagraph_memory returns 0

@@ -109,6 +109,12 @@ def _workload_keeping(d: Deployment, v: Verdict) -> Iterator[tuple[Change, ...]]
         default = getattr(engine.default_options(), refusal.field.partition(".")[2], None)
         yield (Change(refusal.field, default),)
         return
+    if refusal is not None and refusal.code == "mamba_blocks" and knobs.request_cap:
+        # One state block per decode sequence: as many sequences as the cache has blocks (vLLM's own advice),
+        # or the blocks a larger utilization leaves (the general choices below).
+        blocks = v.account.detail.get("num_gpu_blocks")
+        if isinstance(blocks, int) and blocks > 0:
+            yield (Change(knobs.request_cap, blocks),)
     if refusal is not None and refusal.code == "context" and knobs.long_context:
         yield (Change(knobs.long_context, True),)
     if refusal is not None and refusal.code in ("sampler_warmup_oom", "startup_free_memory", "kv_alloc_oom"):
