@@ -476,7 +476,7 @@ def _close_budget(log: StartupLog, d: Deployment, profile: BoxProfile, provenanc
     if -printed * logged.resolution / 2 <= wanted < 0:
         wanted = 0
     if wanted < 0:
-        return _raise_total(log, d, profile, provenance, replayed, residual)
+        return _raise_total(logged, d, profile, provenance, replayed, residual)
     if not free:
         return profile, provenance, replayed
     names = [label for field, _, label in _BUDGET_TERMS if field in free]
@@ -493,15 +493,14 @@ def _close_budget(log: StartupLog, d: Deployment, profile: BoxProfile, provenanc
     return closed, {**provenance, **dict.fromkeys(values, why)}, again
 
 
-def _raise_total(log: StartupLog, d: Deployment, profile: BoxProfile, provenance: dict[str, str],
+def _raise_total(logged: Reading, d: Deployment, profile: BoxProfile, provenance: dict[str, str],
                  replayed: Verdict, residual: int) -> tuple[BoxProfile, dict[str, str], Verdict]:
     """The logged KV memory is more than the catalog's total leaves even with nothing else subtracted: where
     the log prints no total, the box's is the one that leaves it (requested = total x utilization). Phi-3-mini
     on an "RTX 3090" under WSL at 0.85: 7.12 GiB of weights and 13.06 of KV memory need 20.18 of the 20.03 GiB
     that 0.85 x 23.56 gives, before any activation."""
     util = resolved_setting(replayed, "gpu_memory_utilization")
-    logged = log.get("available_kv")
-    if not provenance.get("total_memory_bytes", "").startswith("catalog") or not util or logged is None:
+    if not provenance.get("total_memory_bytes", "").startswith("catalog") or not util:
         return profile, provenance, replayed
     total = math.ceil((replayed.account.requested_bytes - residual) / float(util))
     raised = replace(profile, total_memory_bytes=total)
