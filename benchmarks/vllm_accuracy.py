@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from kvplan.calibrate.vllm_log import install_shown  # noqa: E402
+from kvplan.calibrate.vllm_log import compile_cache_shown, install_shown  # noqa: E402
 from kvplan.capacity.deployment import BoxProfile  # noqa: E402
 from kvplan.capacity.weights import CHECKPOINT_FLAGS, names_checkpoint_format  # noqa: E402
 from kvplan.engines.vllm import VllmFlags, VllmReport, graphs_charged, plan_vllm, resolve_flags  # noqa: E402
@@ -284,6 +284,8 @@ def _vllm_flags(row: dict, release: str, model: ModelSpec) -> tuple[VllmFlags, d
         usage="serve" if serve else "llm",
         install=install,
         enforce_eager=bool(_flag(eager)) if eager is not None else False,
+        # kvplan's default (a cold compile cache) unless the log shows torch.compile loading its graphs.
+        compile_cache=compile_cache_shown(raw) or "cold",
         allow_long_max_model_len=True,
         lora=_lora(given),
         bnb_compute="model" if _UNSLOTH_LINE_RE.search(raw) else "bfloat16",
@@ -683,42 +685,66 @@ def _fit_cases(cases: list[Case]) -> list[Case]:
     return [c for c in cases if c.split == "fit" and c.skip is None and c.model is not None]
 
 
+def _logged_stage(c: Case) -> int:
+    """The pipeline stage whose "torch peak memory increase" the record carries (its Worker_PPn line; 0 if none)."""
+    for line in c.row["raw"]:
+        if f"torch peak memory increase: {c.row['activation_peak_gib']}GiB" in line:
+            m = re.search(r"Worker_PP(\d+)", line)
+            return int(m.group(1)) if m else 0
+    return 0
+
+
 def fit_activation(cases: list[Case]) -> None:
-    """Forward and sampler coefficients on dense fit-split models: every other model trains, the rest check."""
+    """Forward and sampler coefficients on dense fit-split models: every other model trains, the rest check.
+
+    Each log's peak is the largest of the forward, the sampler (one-stage runs) and a cold compile's benchmark
+    copies (the embedding's stage; vllm_memory.compile_clone_bytes, no coefficient), plus a later stage's receive
+    buffers (vllm_memory.intermediate_bytes, no coefficient): a log trains the term that decides it, and one
+    decided by the copies trains nothing."""
     usable = [c for c in _fit_cases(cases) if c.row.get("activation_peak_gib") and c.model.geometry.moe is None]
     models = sorted({c.row["model"] for c in usable})
     train_models = set(models[::2])
 
-    def features(c: Case) -> tuple[list[float], list[float], float, bool]:
+    def features(c: Case) -> tuple[list[float], list[float], float, bool, float, float]:
         f = resolve_flags(c.model, c.flags, c.gpu)
         b = weight_dtype_bytes(f.dtype)
         inter = (c.model.intermediate_size or 4 * c.model.hidden_size) / f.tp
         fwd = [1.0, f.max_num_batched_tokens * b * (inter + c.model.hidden_size) / 1e9]
         logits = min(f.max_num_seqs, f.max_num_batched_tokens) * padded_vocab(c.model.vocab_size)
-        return fwd, [1.0, logits * 4 / 1e9], logits * b / GiB, f.pp == 1
+        stages = plan_vllm(c.model, c.flags, c.gpu).stages
+        m = stages[min(_logged_stage(c), len(stages) - 1)].memory
+        return fwd, [1.0, logits * 4 / 1e9], logits * b / GiB, f.pp == 1, m.compile_clone_bytes / GiB, \
+            m.intermediate_bytes / GiB
 
     data = [(c, *features(c)) for c in usable if c.row["model"] in train_models]
-    use_sampler = {id(c): runs and s[1] > 2 * fw[1] for c, fw, s, _, runs in data}
+    decides = {id(c): "sampler" if runs and s[1] > 2 * fw[1] else "forward" for c, fw, s, _, runs, *_ in data}
     kf, ks = [0.0, 0.0], [0.0, 0.0]
     for _ in range(10):
-        kf = _solve([fw for c, fw, s, x, runs in data if not use_sampler[id(c)]],
-                    [c.row["activation_peak_gib"] for c, fw, s, x, runs in data if not use_sampler[id(c)]])
-        ks = _solve([s for c, fw, s, x, runs in data if use_sampler[id(c)]],
-                    [c.row["activation_peak_gib"] - x for c, fw, s, x, runs in data if use_sampler[id(c)]])
-        new = {id(c): runs and (ks[0] + ks[1] * s[1] + x) > (kf[0] + kf[1] * fw[1]) for c, fw, s, x, runs in data}
-        if new == use_sampler:
+        kf = _solve([fw for c, fw, *_ in data if decides[id(c)] == "forward"],
+                    [c.row["activation_peak_gib"] - d[-1] for c, *d in data if decides[id(c)] == "forward"])
+        ks = _solve([s for c, fw, s, *_ in data if decides[id(c)] == "sampler"],
+                    [c.row["activation_peak_gib"] - x - got for c, fw, s, x, _, _, got in data
+                     if decides[id(c)] == "sampler"])
+        new = {}
+        for c, fw, s, x, runs, clone, got in data:
+            terms = {"forward": got + kf[0] + kf[1] * fw[1], "clone": clone}
+            if runs:
+                terms["sampler"] = got + ks[0] + ks[1] * s[1] + x
+            new[id(c)] = max(terms, key=lambda k: terms[k])
+        if new == decides:
             break
-        use_sampler = new
+        decides = new
     print(f"forward: base {kf[0]:.3f} GiB, {kf[1] * GiB / 1e9:.3f} x b B per token x (intermediate/tp + hidden)")
     print(f"sampler (0.17+ Triton): base {ks[0]:.3f} GiB, {ks[1] * GiB / 1e9:.3f} fp32 copies per logit")
+    print(f"  decided by the cold compile's copies: {sum(v == 'clone' for v in decides.values())} training logs")
     for group, name in ((True, "train"), (False, "check")):
         errs = []
         for c in usable:
             if (c.row["model"] in train_models) != group:
                 continue
-            fw, s, x, runs = features(c)
+            fw, s, x, runs, clone, got = features(c)
             pf, ps = kf[0] + kf[1] * fw[1], ks[0] + ks[1] * s[1] + x
-            errs.append((max(pf, ps) if runs else pf) - c.row["activation_peak_gib"])
+            errs.append(max(got + max(pf, ps if runs else 0.0), clone) - c.row["activation_peak_gib"])
         print(f"  {name}: {len(errs)} logs, mean |err| {statistics.mean(map(abs, errs)):.3f} GiB, "
               f"worst {max(errs, key=abs):+.3f} GiB")
 

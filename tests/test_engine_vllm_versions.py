@@ -123,6 +123,9 @@ CHANGES = [
     ("0.25.1", "0.26.0", "gdn_graph_transient", False, True),
     # vllm#38270: 0.17-0.19 capped the FULL decode sizes to a hybrid's blocks, 0.20 raises instead.
     ("0.19.1", "0.20.0", "mamba_seqs_check", False, True),
+    # vllm/config/compilation.py: 0.11.1 (torch 2.9) sets Inductor's combo_kernels and benchmark_combo_kernel
+    # when the user gave neither; 0.11.0 (torch 2.8) has no such block.
+    ("0.11.0", "0.11.1", "compile_clone", False, True),
     ("0.24.0", "0.25.0", "v2_runner", None, "dense"),
     ("0.28.0", "0.29.0", "v2_runner", "dense", "all"),
     ("0.28.0", "0.29.0", "v2_cudagraphs_profiled", False, True),
@@ -159,14 +162,15 @@ def test_every_change_in_the_table_is_tested():
 # --- what the changes do to a plan ------------------------------------------------------------------------
 
 def test_model_runner_v2_for_dense_models_from_0_25_and_every_model_from_0_29():
-    # Llama-3.1-8B on an H100 at 8,192 tokens (1,024 sampler rows, 128,256 logits a row). 0.24 runs V1's
-    # GPUModelRunner: its Triton sampler peaks at 0.023 GiB + 131,334,144 x (2 + 3.279 x 4) B = 2,009,942,982 B,
-    # above the forward, and the 897,619,451 B CUDA-graph estimate comes off the budget. 0.25 runs Model Runner V2
-    # for dense models: one float32 copy, 24,696,062 + 131,334,144 x (2 + 4) = 812,700,926 B, stays under the
-    # forward's 986,701,627 B, and V2 makes no graph estimate: 1,023,241,355 + 897,619,451 B more KV memory.
-    # 0.29 estimates graphs on V2 too, so exactly the estimate comes off again.
-    plans = {v: plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version=v), H100) for v in ("0.24.0", "0.25.0",
-                                                                                          "0.29.0")}
+    # Llama-3.1-8B on an H100 at 8,192 tokens (1,024 sampler rows, 128,256 logits a row), a warm compile cache
+    # (the cold one is test_cold_compile_copies_the_embedding_table_from_0_11_1). 0.24 runs V1's GPUModelRunner:
+    # its Triton sampler peaks at 0.023 GiB + 131,334,144 x (2 + 3.279 x 4) B = 2,009,942,982 B, above the
+    # forward, and the 897,619,451 B CUDA-graph estimate comes off the budget. 0.25 runs Model Runner V2 for dense
+    # models: one float32 copy, 24,696,062 + 131,334,144 x (2 + 4) = 812,700,926 B, stays under the forward's
+    # 986,701,627 B, and V2 makes no graph estimate: 1,023,241,355 + 897,619,451 B more KV memory. 0.29
+    # estimates graphs on V2 too, so exactly the estimate comes off again.
+    plans = {v: plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version=v, compile_cache="warm"), H100)
+             for v in ("0.24.0", "0.25.0", "0.29.0")}
     assert [plans[v].flags.runner for v in plans] == ["v1", "v2", "v2"]
     assert [plans[v].stages[0].memory.activation_peak_bytes for v in plans] == [2_009_942_982, 986_701_627,
                                                                                986_701_627]
@@ -177,6 +181,40 @@ def test_model_runner_v2_for_dense_models_from_0_25_and_every_model_from_0_29():
     assert resolve_flags(moe, VllmFlags(version="0.28.0"), H100).runner == "v1"
     assert resolve_flags(hybrid, VllmFlags(version="0.28.0"), H100).runner == "v1"
     assert resolve_flags(moe, VllmFlags(version="0.29.0"), H100).runner == "v2"
+
+
+def test_cold_compile_copies_the_embedding_table_from_0_11_1():
+    # A cold torch.compile benchmarks the kernel that gathers the embeddings (and applies the first RMSNorm) on
+    # random copies of its arguments: the padded table and two [T, hidden] outputs. Llama-3.1-8B in bf16 on an
+    # A40 at 2,048 tokens (0.26.0, Model Runner V2): (128,256 + 2 x 2,048) x 4,096 x 2 B = 1,084,227,584 B,
+    # 1.01 GiB as vireshkoli's four A40 logs print it whatever the checkpoint's quantization (the table stays
+    # bf16). Warm, the run's own peak is the forward's: 103,079,215 + 2.926 x 2,048 x 2 x (14,336 + 4,096) =
+    # 323,984,818 B (0.30 GiB), above V2's sampler (24,696,062 + 256 x 128,256 x 6 = 221,697,278 B).
+    a40 = dict(max_model_len=4096, max_num_seqs=256, version="0.26.0")
+    cold = plan_vllm(LLAMA, VllmFlags(**a40), find_gpu("A40")).stages[0].memory
+    warm = plan_vllm(LLAMA, VllmFlags(**a40, compile_cache="warm"), find_gpu("A40")).stages[0].memory
+    assert cold.compile_clone_bytes == cold.activation_peak_bytes == 1_084_227_584
+    assert warm.compile_clone_bytes == 0 and warm.activation_peak_bytes == cold.run_peak_bytes == 323_984_818
+    # The fit split's Llama-3.1-8B at pp 2 on 0.19 (8,192 tokens): stage 0 holds the embedding, (128,256 +
+    # 16,384) x 4,096 x 2 = 1,184,890,880 B = 1.10 GiB, the "torch peak memory increase: 1.1GiB" Worker_PP0
+    # printed; stage 1 has no embedding to copy. In float32 at pp 1: (128,256 + 16,384) x 4,096 x 4 B =
+    # 2,369,781,760 B = 2.21 GiB, above the float32 sampler (2.12 GiB), as that log printed.
+    pp2 = plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version="0.19.0", pipeline_parallel_size=2), H100)
+    assert [s.memory.compile_clone_bytes for s in pp2.stages] == [1_184_890_880, 0]
+    f32 = plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version="0.19.0", dtype="float32"), H100)
+    assert f32.stages[0].memory.activation_peak_bytes == 2_369_781_760
+    # tp 2 copies each rank's half of the table: (64,128 + 16,384) x 4,096 x 2 = 659,554,304 B.
+    tp2 = plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version="0.19.0", tensor_parallel_size=2), H100)
+    assert tp2.stages[0].memory.compile_clone_bytes == 659_554_304
+    # Nothing before 0.11.1 (torch 2.8), nothing with --enforce-eager (no torch.compile), nothing for a multimodal
+    # model (its embeddings are made outside the compiled graph: _prepare_mm_inputs passes inputs_embeds).
+    assert plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version="0.11.0"), H100).stages[0].memory \
+        .compile_clone_bytes == 0
+    assert plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version="0.19.0", enforce_eager=True), H100) \
+        .stages[0].memory.compile_clone_bytes == 0
+    gemma3 = _model("google/gemma-3-4b-it")
+    assert plan_vllm(gemma3, VllmFlags(max_model_len=8192, version="0.19.0"), H100).stages[0].memory \
+        .compile_clone_bytes == 0
 
 
 def test_v2_samples_each_tp_ranks_share_of_rows_from_0_29():

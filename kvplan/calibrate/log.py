@@ -100,7 +100,8 @@ class LogSettings:
     `utilization` is vLLM's gpu_memory_utilization or SGLang's mem_fraction_static; `block_size` vLLM's block
     or SGLang's page; `max_num_seqs` vLLM's or SGLang's max_running_requests; `max_num_batched_tokens` vLLM's
     or SGLang's chunked_prefill_size. `vllm_engine` is "v0" or "v1" as vLLM's "Initializing a V0/V1 LLM
-    engine" line says; `install` "image" or "wheel" where the log shows whether FlashInfer was importable.
+    engine" line says; `install` "image" or "wheel" where the log shows whether FlashInfer was importable;
+    `compile_cache` "cold" or "warm" where it shows whether torch.compile compiled or loaded its graphs.
     `user_set` names the fields the user's own flags gave.
     """
 
@@ -136,6 +137,7 @@ class LogSettings:
     fully_sharded_loras: bool | None = None
     vllm_engine: str | None = None
     install: str | None = None
+    compile_cache: str | None = None
     user_set: frozenset[str] = frozenset()
 
 

@@ -128,6 +128,13 @@ _INSTALL = (
     (re.compile(r"FlashInfer is not available|sampler is disabled because FlashInfer"), "wheel"),
     (re.compile(r"/lib/python[\d.]+/site-packages/vllm/"), "wheel"),
 )
+# Whether torch.compile found its cache (vllm/compilation/backends.py and decorators.py, 0.11.1-0.33): a hit
+# prints "Directly load the compiled graph(s) ... from the cache" or "Directly load AOT compilation from path";
+# a miss compiles, "Compiling a graph for dynamic shape / compile range ... takes X s".
+_COMPILE_CACHE = (
+    (re.compile(r"Compiling a graph for (?:dynamic shape|compile range)"), "cold"),
+    (re.compile(r"Directly load (?:the compiled graph|AOT compilation)"), "warm"),
+)
 _ARGS = re.compile(r"non-default args: (\{.*)")
 _NAMESPACE = re.compile(r"args: Namespace\((.*)")
 _CONFIG = re.compile(r"with config: (.*)")
@@ -238,6 +245,7 @@ def _settings(c: Collector, rec: Record) -> None:
     if m:
         c.set("vllm_engine", m.group(1).lower(), overwrite=False)
     c.set("install", install_shown(text), overwrite=False)
+    c.set("compile_cache", compile_cache_shown(text), overwrite=False)
     for regex in (_UNSLOTH_GPU, _NVIDIA_GPU, _DEVICE):
         m = regex.search(text)
         if m:
@@ -261,6 +269,11 @@ def _image_run(c: Collector, m: re.Match[str]) -> None:
 def install_shown(text: str) -> str | None:
     """"image" or "wheel" where `text` shows whether FlashInfer was importable; None where it does not."""
     return next((install for regex, install in _INSTALL if regex.search(text)), None)
+
+
+def compile_cache_shown(text: str) -> str | None:
+    """"cold" or "warm" where `text` shows whether torch.compile compiled or loaded its graphs; None where not."""
+    return next((state for regex, state in _COMPILE_CACHE if regex.search(text)), None)
 
 
 def read_vllm(records: list[Record], source: str) -> StartupLog:

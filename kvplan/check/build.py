@@ -91,7 +91,8 @@ _UNMODELLED: dict[str, dict[str, str]] = {
         "kv-transfer-config": "KV connector buffers (NIXL, LMCache) take memory kvplan does not count",
         "compilation-config": "CUDA-graph capture sizes change the memory vLLM sets aside; kvplan uses the default",
         "cuda-graph-sizes": "CUDA-graph capture sizes change the memory vLLM sets aside; kvplan uses the default",
-        "enforce-eager": "no CUDA graphs: vLLM keeps that memory for KV; kvplan still subtracts it (conservative)",
+        "enforce-eager": "no CUDA graphs, no torch.compile: vLLM keeps that memory for KV; kvplan still subtracts "
+                         "it (conservative)",
     },
     "sglang": {
         "max-total-tokens": "caps SGLang's token pool; kvplan sizes the pool from memory",

@@ -29,7 +29,8 @@ def _engine_options(engine: str, f: dict[str, Any]) -> Any:
     module is imported (see kvplan.engines)."""
     builders: dict[str, tuple[str, str, Callable[[], dict[str, Any]]]] = {
         "vllm": ("vllm_engine", "VllmOptions", lambda: dict(
-            version=f["vllm_version"], install=f["vllm_install"], gpu_memory_utilization=f["gpu_memory_utilization"],
+            version=f["vllm_version"], install=f["vllm_install"], compile_cache=f["compile_cache"],
+            gpu_memory_utilization=f["gpu_memory_utilization"],
             block_size=f["block_size"], max_num_seqs=f["max_num_seqs"],
             max_num_batched_tokens=f["max_num_batched_tokens"], enable_prefix_caching=f["enable_prefix_caching"],
             enable_chunked_prefill=f["enable_chunked_prefill"],
@@ -119,6 +120,7 @@ def estimate(
     engine: opt.Engine = "vllm",
     vllm_version: opt.VllmVersion = None,
     vllm_install: opt.VllmInstall = None,
+    compile_cache: opt.CompileCache = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = None,
     block_size: opt.BlockSize = None,
     max_num_seqs: opt.MaxNumSeqs = None,
@@ -169,7 +171,7 @@ def estimate(
     flags = dict(locals(), enable_prefix_caching=prefix_caching, enable_chunked_prefill=chunked)
     given = [
         name for name, value in (
-            ("--vllm-version", vllm_version), ("--vllm-install", vllm_install),
+            ("--vllm-version", vllm_version), ("--vllm-install", vllm_install), ("--compile-cache", compile_cache),
             ("--gpu-memory-utilization", gpu_memory_utilization),
             ("--block-size", block_size), ("--max-num-seqs", max_num_seqs),
             ("--max-num-batched-tokens", max_num_batched_tokens), ("--enable-prefix-caching", prefix_caching),

@@ -41,6 +41,7 @@ FIELD_FLAGS: dict[str, str] = {
     "source.weights_from_hub": "--weights-from-hub",
     "engine.version": "--vllm-version",
     "engine.install": "--vllm-install",
+    "engine.compile_cache": "--compile-cache",
     "engine.gpu_memory_utilization": "--gpu-memory-utilization",
     "engine.block_size": "--block-size",
     "engine.max_num_seqs": "--max-num-seqs",
@@ -80,6 +81,7 @@ ENGINE_FIELD_FLAGS: dict[tuple[str, str], str] = {
 ENGINE_FLAGS: dict[str, tuple[str, ...]] = {
     "--vllm-version": ("vllm",),
     "--vllm-install": ("vllm",),
+    "--compile-cache": ("vllm",),
     "--gpu-memory-utilization": ("vllm", "generic", "transformers", "tgi"),
     "--block-size": ("vllm", "generic"),
     "--max-num-seqs": ("vllm", "tgi"),

@@ -153,6 +153,15 @@ VllmInstall = Annotated[
         rich_help_panel=VLLM,
     ),
 ]
+CompileCache = Annotated[
+    str | None,
+    typer.Option(
+        "--compile-cache",
+        help="cold (first boot, or no kept ~/.cache/vllm; the default) or warm: a cold torch.compile's copies "
+        "count in the profiled peak (0.11.1+).",
+        rich_help_panel=VLLM,
+    ),
+]
 GpuMemoryUtilization = Annotated[
     float | None,
     typer.Option(

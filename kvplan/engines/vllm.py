@@ -48,6 +48,10 @@ USAGES = ("serve", "llm")  # `vllm serve` (OPENAI_API_SERVER) or the LLM class (
 # FlashInfer before 0.12). Before 0.12 it decides V1's sampler, and with it the profiled activation peak, and
 # from 0.10.2 to 0.11 whether gpt-oss's mxfp4 experts load for Triton (the image's triton_kernels) or Marlin.
 INSTALLS = ("image", "wheel")
+# The state of vLLM's torch.compile cache at start-up: "cold" (no cache for this model and these settings: a
+# first boot, or a container that does not keep ~/.cache/vllm) compiles inside the profiled window (0.11.1+:
+# vllm_memory.compile_clone_bytes); "warm" loads the compiled graphs and profiles the forward alone.
+COMPILE_CACHES = ("cold", "warm")
 
 
 # vLLM's meaning of a runtime quantization name where it differs from TGI's: --quantization bitsandbytes on an
@@ -83,6 +87,7 @@ class VllmFlags:
     usage: str = "serve"  # "serve" or "llm": the entry point's batch defaults
     install: str = "image"  # "image" or "wheel" (INSTALLS)
     enforce_eager: bool = False  # no CUDA graphs
+    compile_cache: str = "cold"  # COMPILE_CACHES
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     split: WeightSplit = NO_SPLIT  # expert parallel and CPU offload (vllm_memory.WeightSplit)
     lora: LoraSlots | None = None  # --enable-lora with --max-loras / --max-lora-rank (vllm_lora)
@@ -128,6 +133,9 @@ class VllmFlags:
             raise FieldError("engine.usage", f"must be one of {', '.join(USAGES)}", self.usage)
         if self.install not in INSTALLS:
             raise FieldError("engine.install", f"must be one of {', '.join(INSTALLS)}", self.install)
+        if self.compile_cache not in COMPILE_CACHES:
+            raise FieldError("engine.compile_cache", f"must be one of {', '.join(COMPILE_CACHES)}",
+                             self.compile_cache)
         if self.bnb_compute not in BNB_COMPUTE:
             raise FieldError("engine.bnb_compute", f"must be one of {', '.join(BNB_COMPUTE)}", self.bnb_compute)
         return rules
@@ -163,6 +171,9 @@ class ResolvedFlags:
     num_speculative_tokens: int = 0  # MTP draft tokens a step (0: no speculative decoding)
     chunked_prefill: bool = True  # a prompt longer than the step is split over steps
     runner: str = "v1"  # the worker's model runner: "v1" (GPUModelRunner) or "v2" (Model Runner V2, 0.25+)
+    # torch.compile inside the profiled window: "cold" (no compile cache), "warm" (cache hit), or "none" (V0, or
+    # --enforce-eager: "Enforce eager set, disabling torch.compile and CUDAGraphs")
+    compile_cache: str = "none"
 
 
 @dataclass(frozen=True)
@@ -276,6 +287,7 @@ class VllmReport:
             "cudagraph_bytes": self.cudagraph_bytes,
             "cudagraphs_subtracted": graphs_charged(f),
             "model_runner": f.runner,
+            "compile_cache": f.compile_cache,
             "cudagraph_sizes": {"piecewise": len(self.graphs.piecewise), "full": len(self.graphs.full)},
             "stages": [
                 {
@@ -287,6 +299,8 @@ class VllmReport:
                     "rotary_cache_bytes": s.memory.rotary_cache_bytes,
                     "activation_peak_bytes": s.memory.activation_peak_bytes,
                     "encoder_peak_bytes": s.memory.encoder_bytes,
+                    "compile_clone_bytes": s.memory.compile_clone_bytes,
+                    "intermediate_bytes": s.memory.intermediate_bytes,
                     "non_torch_bytes": s.memory.non_torch_bytes,
                     "available_kv_cache_bytes": s.available_kv_bytes,
                     "kv_cache_groups": [
@@ -370,6 +384,7 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         num_speculative_tokens=_draft_tokens(model, flags, engine),
         chunked_prefill=shape.chunked_prefill,
         runner=model_runner(model, rules, engine),
+        compile_cache="none" if engine == "v0" or flags.enforce_eager else flags.compile_cache,
     )
 
 
@@ -591,7 +606,10 @@ def plan_vllm(
         checkpoint_bytes=checkpoint_bytes, split=flags.split, mxfp4_backend=mxfp4,
         lora=flags.lora, lora_extra_vocab=rules.lora_extra_vocab,
         draft=model.mtp.param_groups if f.num_speculative_tokens and model.mtp is not None else (),
-        bnb_compute=flags.bnb_compute, sampler_shards=_sampler_shards(f),
+        bnb_compute=flags.bnb_compute, sampler_shards=_sampler_shards(f), cold_compile=cold_compile(f),
+        # Model Runner V2 allocates them in load_model, after the weights are measured and before profiling:
+        # the snapshot budget (to 0.26) counts neither, the consumed-memory one (0.27+) counts the drop.
+        intermediate_charged=f.runner == "v1" or f.rules.v1_budget == "consumed",
     )
     stage_layers = pp_stage_layers(model.num_layers, f.pp)
     modes = capture_sizes(rules, f.engine, gpu, max_num_seqs=f.max_num_seqs,
@@ -663,6 +681,12 @@ def _tokens_and_concurrency(
     if f.rules.v1_tokens_rule == "blocks_per_group":
         return num_blocks // len(layout.groups) * layout.block_size, concurrency
     return int(concurrency * f.max_model_len), concurrency
+
+
+def cold_compile(f: ResolvedFlags) -> bool:
+    """Whether torch.compile runs, without a cache, inside the profiled window and holds its benchmark copies
+    there (V1 0.11.1+; --enforce-eager compiles nothing)."""
+    return f.rules.compile_clone and f.compile_cache == "cold"
 
 
 def graphs_charged(f: ResolvedFlags) -> bool:

@@ -12,6 +12,7 @@ from typing import ClassVar
 from kvplan.capacity.deployment import Deployment, Parallelism
 from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal, check_counts
 from kvplan.engines.vllm import (
+    COMPILE_CACHES,
     INSTALLS,
     USAGES,
     VllmFlags,
@@ -46,6 +47,7 @@ class VllmOptions:
     usage: str = "serve"  # "serve" (vllm serve) or "llm" (the LLM class): their batch defaults differ
     install: str = "image"  # "image" (vllm/vllm-openai, FlashInfer included) or "wheel" (pip): V1's sampler
     enforce_eager: bool = False  # --enforce-eager: no CUDA graphs
+    compile_cache: str = "cold"  # "cold" (first boot, or no kept ~/.cache/vllm) or "warm" (vllm.COMPILE_CACHES)
     gpu_memory_utilization: float | None = None
     block_size: int | None = None
     max_num_seqs: int | None = None
@@ -70,6 +72,9 @@ class VllmOptions:
             raise FieldError("engine.usage", f"must be one of {', '.join(USAGES)}", self.usage)
         if self.install not in INSTALLS:
             raise FieldError("engine.install", f"must be one of {', '.join(INSTALLS)}", self.install)
+        if self.compile_cache not in COMPILE_CACHES:
+            raise FieldError("engine.compile_cache", f"must be one of {', '.join(COMPILE_CACHES)}",
+                             self.compile_cache)
         u = self.gpu_memory_utilization
         if u is not None and not 0 < u <= 1:
             raise FieldError("engine.gpu_memory_utilization", "must be in (0, 1]", u)
@@ -157,6 +162,7 @@ def _flags(d: Deployment, o: VllmOptions) -> VllmFlags:
         usage=o.usage,
         install=o.install,
         enforce_eager=o.enforce_eager,
+        compile_cache=o.compile_cache,
         allow_long_max_model_len=o.allow_long_max_model_len,
         # Expert parallel spreads whole experts over the tp x dp ranks of the EP group (FusedMoE's EP).
         split=WeightSplit(
@@ -244,6 +250,14 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
         out.append(f"vLLM {f.version} runs this model on Model Runner V2: its profiling samples from one float32 "
                    "copy of the logits (no top-k/top-p)"
                    + ("" if f.rules.v2_cudagraphs_profiled else ", and it makes no CUDA-graph estimate"))
+    clone = max((s.memory for s in r.stages), key=lambda m: m.compile_clone_bytes - m.run_peak_bytes)
+    if clone.compile_clone_bytes > clone.run_peak_bytes:
+        # Inductor's benchmark_combo_kernel (on from 0.11.1 with torch 2.9) runs each kernel on random copies of
+        # its arguments; vllm#54122 and #54383 report the KV cache of a first boot smaller than a restart's.
+        out.append(f"a cold torch.compile (first boot, or no kept ~/.cache/vllm) profiles its copy of the "
+                   f"embedding table: {fmt_gib(clone.compile_clone_bytes)}, above the run's "
+                   f"{fmt_gib(clone.run_peak_bytes)} (vllm#54122); a warm cache (--compile-cache warm) leaves "
+                   f"{fmt_gib(clone.compile_clone_bytes - clone.run_peak_bytes)} more KV")
     if (f.rules.gdn_graph_transient and f.runner == "v1" and r.graphs.full and graphs_charged(f)
             and "linear_attention" in d.model.layer_kinds()):
         # fentz26's Qwen3.8-27B at tp 2 on 0.27.1 (256 sequences, 32 context tokens each): estimated 3.51 GiB for
@@ -318,6 +332,11 @@ def _terms(d: Deployment, r: VllmReport, m: StageMemory) -> list[MemoryTerm]:
     peak += f", {min(f.max_num_seqs, f.max_num_batched_tokens):,} sampler rows)" if m.runs_sampler else ")"
     if m.encoder_bytes:
         peak += ", vision encoder first"
+    if m.intermediate_bytes:
+        peak += f", {m.intermediate_bytes / GiB:.2f} GiB of it buffers for the previous stage's output"
+    if m.compile_clone_bytes > m.run_peak_bytes:
+        peak = (f"a cold compile's copies of the embedding table and two {f.max_num_batched_tokens:,}-token "
+                "buffers")
     charged = "CUDA context, NCCL and growth" if m.non_torch_bytes > m.non_torch.growth_bytes else "growth"
     if m.non_torch.other_bytes and m.non_torch_bytes > m.non_torch.growth_bytes:
         charged += f", {m.non_torch.other_bytes / GiB:.2f} GiB of it other processes'"

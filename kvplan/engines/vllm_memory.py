@@ -31,6 +31,10 @@ VOCAB_PADDING = 64
 
 # Families whose positions are learned embeddings, not rotary: they hold no cos/sin cache.
 _NO_ROPE = ("gpt2", "gpt_bigcode", "opt")
+# Families whose pipeline stages pass only "hidden_states" between them (make_empty_intermediate_tensors_factory
+# in vllm/model_executor/models/<family>.py); the others pass "hidden_states" and "residual".
+_ONE_INTERMEDIATE = ("arctic", "bloom", "chatglm", "dbrx", "falcon", "gpt2", "gpt_bigcode", "gptj", "gpt_neox",
+                     "jais", "mpt", "olmo", "olmo2", "opt", "persimmon", "phi", "stablelm", "starcoder2")
 
 # --- Activation peak, fitted on the fit split (`python benchmarks/vllm_accuracy.py --fit`) ---------------
 # The profiling run is one forward of T = max_num_batched_tokens tokens, then (last pipeline stage only) the
@@ -223,6 +227,11 @@ class StageMemory:
     encoder_bytes: int = 0  # the vision encoder's own peak, when it ran on this stage (part of the peak)
     lora_bytes: int = 0  # LoRA slots (vllm_lora), part of weights_bytes: vLLM counts them as loaded weights
     draft_bytes: int = 0  # an MTP draft's own weights, part of weights_bytes (loaded with the model)
+    # A cold compile's benchmark copies on this rank (compile_clone_bytes; 0 without them). The compile runs, and
+    # frees its copies, before the first forward: the activation peak is the larger of the two.
+    compile_clone_bytes: int = 0
+    run_peak_bytes: int = 0  # the profiling run's own peak (forward, sampler, encoder), without those copies
+    intermediate_bytes: int = 0  # a later pipeline stage's receive buffers (intermediate_bytes), part of the peak
 
     @property
     def non_kv_bytes(self) -> int:
@@ -379,6 +388,29 @@ def bnb_4bit_forward_bytes(model: ModelSpec, *, compute: str, dtype: str, tp: in
     return extra
 
 
+def intermediate_bytes(model: ModelSpec, *, dtype: str, max_num_batched_tokens: int) -> int:
+    """The tensors a pipeline stage after the first receives its input in: make_empty_intermediate_tensors over
+    max_num_batched_tokens rows of the hidden size, one per key (hidden_states, and residual in most families).
+    V1 allocates them in the first dummy run, inside the profiled window, and keeps them (V0 holds them through
+    its profiling run). Llama-3.1-8B at 8,192 tokens: 2 x 8,192 x 4,096 x 2 B = 134,217,728 B (0.125 GiB): the
+    fit split's pp 4 middle stage printed a 1.05 GiB peak against its forward's 0.92."""
+    keys = 1 if model.model_type in _ONE_INTERMEDIATE else 2
+    return keys * max_num_batched_tokens * model.hidden_size * weight_dtype_bytes(dtype)
+
+
+def compile_clone_bytes(model: ModelSpec, *, dtype: str, tp: int, max_num_batched_tokens: int) -> int:
+    """What a cold torch.compile holds at once inside the profiled window, on the rank with the embedding.
+
+    vLLM 0.11.1+ turns Inductor's benchmark_combo_kernel on (torch >= 2.9), and the benchmark runs each generated
+    kernel on fresh random copies of its arguments. The largest is the kernel that gathers the token embeddings
+    and applies the first RMSNorm: this rank's shard of the padded embedding table and its two [T, hidden]
+    outputs. A multimodal model embeds its inputs outside the compiled graph, so it has no such kernel.
+    Llama-3.1-8B, T = 2,048, bf16: (128,256 + 2 x 2,048) x 4,096 x 2 B = 1,084,227,584 B (1.01 GiB).
+    """
+    rows = cdiv(padded_vocab(model.vocab_size), tp) + 2 * max_num_batched_tokens
+    return rows * model.hidden_size * weight_dtype_bytes(dtype)
+
+
 def activation_peak_bytes(
     model: ModelSpec, *, dtype: str, tp: int, max_num_batched_tokens: int, max_num_seqs: int, runs_sampler: bool,
     sampler: str = "triton", encoder: EncoderProfile | None = None, moe_workspace_kept: bool = True,
@@ -437,6 +469,8 @@ def stage_memory(
     draft: tuple[ParamGroup, ...] = (),
     bnb_compute: str = "bfloat16",
     sampler_shards: int = 1,
+    cold_compile: bool = False,
+    intermediate_charged: bool = True,
 ) -> tuple[StageMemory, ...]:
     """Weights, activation peak and non-torch memory on a rank of each pipeline stage.
 
@@ -444,7 +478,9 @@ def stage_memory(
     `lora`: LoRA slots, with the release's extra vocabulary rows (vllm_lora). `draft`: an MTP block's
     parameter groups, loaded on the last stage beside the model (its embeddings and head are the model's).
     `bnb_compute`: the dtype bitsandbytes 4-bit layers compute in (BNB_COMPUTE). `sampler_shards`: see
-    activation_peak_bytes.
+    activation_peak_bytes. `cold_compile`: torch.compile runs without a compile cache inside the profiled
+    window (compile_clone_bytes, first stage only: the embedding lives there). `intermediate_charged`: the later
+    stages' receive buffers count in the budget (intermediate_bytes).
     """
     elem = weight_dtype_bytes(dtype)
     quant = model.quant or (runtime_quant(quantization) if quantization else None)
@@ -465,23 +501,31 @@ def stage_memory(
             extra_vocab=lora_extra_vocab,
         )
         drafted = draft_bytes if last else 0
+        clone = compile_clone_bytes(model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens) \
+            if cold_compile and i == 0 and encoder is None else 0
+        received = intermediate_bytes(model, dtype=dtype, max_num_batched_tokens=max_num_batched_tokens) \
+            if i > 0 and intermediate_charged else 0
+        run_peak = received + activation_peak_bytes(
+            model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+            runs_sampler=last, sampler=sampler, encoder=enc, moe_workspace_kept=moe_workspace_kept,
+            bnb_4bit=bnb_4bit, sampler_shards=sampler_shards,
+        )
         out.append(
             StageMemory(
                 stage=i,
                 layers=len(stage),
                 weights_bytes=w + slots + drafted,
                 rotary_cache_bytes=rope,
-                activation_peak_bytes=activation_peak_bytes(
-                    model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
-                    max_num_seqs=max_num_seqs, runs_sampler=last, sampler=sampler, encoder=enc,
-                    moe_workspace_kept=moe_workspace_kept, bnb_4bit=bnb_4bit, sampler_shards=sampler_shards,
-                ),
+                activation_peak_bytes=max(run_peak, clone),
                 non_torch=non_torch,
                 non_torch_bytes=non_torch.charged(charge_context),
                 runs_sampler=last,
                 encoder_bytes=0 if enc is None else enc.peak_bytes,
                 lora_bytes=slots,
                 draft_bytes=drafted,
+                compile_clone_bytes=clone,
+                run_peak_bytes=run_peak,
+                intermediate_bytes=received,
             )
         )
     return tuple(out)

@@ -103,7 +103,9 @@ def apply_profile(
         same_step = profile.max_num_batched_tokens == flags.max_num_batched_tokens and (
             profile.max_num_seqs is None or profile.max_num_seqs == flags.max_num_seqs)
         if same_model and same_step:
-            stages[0] = replace(stages[0], activation_peak_bytes=profile.activation_peak_bytes)
+            # The measured peak is whatever that start ran, cold compile or not.
+            stages[0] = replace(stages[0], activation_peak_bytes=profile.activation_peak_bytes,
+                                run_peak_bytes=profile.activation_peak_bytes, compile_clone_bytes=0)
             applied.append("activation peak")
         else:
             skipped.append(f"activation peak (measured for {profile.model} with a step of "

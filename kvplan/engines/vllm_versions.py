@@ -99,6 +99,11 @@ class VllmRules:
     # A hybrid (Mamba / DeltaNet state) with FULL decode graphs refuses max_num_seqs above the KV cache's block
     # count, one state block per decode sequence (vllm#38270, compilation.py; 0.20+) [1.12]
     mamba_seqs_check: bool = False
+    # A cold torch.compile (no compile cache yet) runs Inductor's combo-kernel benchmark inside the profiled
+    # window: vLLM turns benchmark_combo_kernel on with torch >= 2.9 (config/compilation.py, 0.11.1+), and the
+    # benchmark runs each kernel on fresh random copies of its arguments, the embedding table among them
+    # (vllm#54122, vllm#54383) [1.21].
+    compile_clone: bool = False
 
     @property
     def release(self) -> str:
@@ -153,7 +158,8 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 11, 0), "V1 only; FULL_AND_PIECEWISE CUDA graphs; the worker's snapshot after the communicators",
            v0_available=False, full_graphs=True, snapshot_after_comms=True)
     change((0, 11, 1), "defaulted tokens capped at seqs x len, seqs at tokens; V1 chunked prefill can be "
-           "turned off", batch_caps=True, v1_chunked_optional=True)
+           "turned off; torch 2.9: a cold compile benchmarks combo kernels on copies of their arguments",
+           batch_caps=True, v1_chunked_optional=True, compile_clone=True)
     change((0, 12, 0), "FlashInfer sampler opt-in (PyTorch sort in the image too); block size 256; bfloat16 KV; "
            "no LoRA extra vocabulary; FlashInfer and triton_kernels in every install", image_sampler=None,
            lora_extra_vocab=0, block_sizes=(1, 8, 16, 32, 64, 128, 256), mxfp4_triton="vendored",
