@@ -489,3 +489,18 @@ def test_check_plans_with_the_profile(runner, tmp_path):
     r = run_cli(runner, "check", str(fixture), "--offline", "--profile", str(box), "--format", "json")
     assert r.exit_code in (0, 1), r.output
     assert json.loads(r.stdout)
+
+
+def test_a_v2_logs_consumed_memory_holds_the_sampler_state_apart_from_non_torch():
+    # vLLM 0.31 (Model Runner V2) prints "3.31 GiB for consumed memory (weights + non-torch)" beside 2.98 GiB of
+    # weights. The consumed memory also holds V2's sampler state, which kvplan models on its own: 256 sequences x
+    # (151,936 + 2 x cdiv(151,936, 32)) x 4 B = 256 x 161,432 x 4 = 165,306,368 B. The profile keeps that figure
+    # and a non-torch figure net of it, and the same deployment replays the logged KV memory within 0.5%.
+    r = _calibrate("vllm-0.31-qwen2.5-coder-1.5b.log", model="Qwen/Qwen2.5-1.5B-Instruct")
+    p, why = r.profile, r.provenance
+    assert p.sampler_state_bytes == 165_306_368 and why["sampler_state_bytes"].startswith("modelled")
+    assert p.non_torch_bytes == _gib(3.31) - _gib(2.98) - 165_306_368
+    assert "- the sampler state" in why["non_torch_bytes"]
+    kv = next(c for c in r.components if c.key == "available_kv")
+    assert kv.logged is not None and kv.replayed is not None
+    assert abs(kv.relative(kv.replayed) or 0) <= 0.005

@@ -127,6 +127,10 @@ CHANGES = [
     # when the user gave neither; 0.11.0 (torch 2.8) has no such block.
     ("0.11.0", "0.11.1", "compile_clone", False, True),
     ("0.24.0", "0.25.0", "v2_runner", None, "dense"),
+    # gpu/sample/sampler.py apply_sampling_params: 0.25.0 copies the logits to float32 first; 0.26.0 works on
+    # them in place; 0.27.0 copies again but returns early when no row asks for logits processing.
+    ("0.24.0", "0.25.0", "v2_sampler_fp32", False, True),
+    ("0.25.1", "0.26.0", "v2_sampler_fp32", True, False),
     ("0.28.0", "0.29.0", "v2_runner", "dense", "all"),
     ("0.28.0", "0.29.0", "v2_cudagraphs_profiled", False, True),
     ("0.28.0", "0.29.0", "v2_sharded_sampling", False, True),
@@ -168,14 +172,15 @@ def test_model_runner_v2_for_dense_models_from_0_25_and_every_model_from_0_29():
     # forward, and the 897,619,451 B CUDA-graph estimate comes off the budget. 0.25 runs Model Runner V2 for dense
     # models: one float32 copy, 24,696,062 + 131,334,144 x (2 + 4) = 812,700,926 B, stays under the forward's
     # 986,701,627 B, and V2 makes no graph estimate: 1,023,241,355 + 897,619,451 B more KV memory. 0.29
-    # estimates graphs on V2 too, so exactly the estimate comes off again.
+    # estimates graphs on V2 too, so the estimate comes off again, and its budget (0.27+) counts V2's sampler
+    # state: 1,024 x (128,256 + 2 x 4,008) x 4 B = 558,170,112 B.
     plans = {v: plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version=v, compile_cache="warm"), H100)
              for v in ("0.24.0", "0.25.0", "0.29.0")}
     assert [plans[v].flags.runner for v in plans] == ["v1", "v2", "v2"]
     assert [plans[v].stages[0].memory.activation_peak_bytes for v in plans] == [2_009_942_982, 986_701_627,
                                                                                986_701_627]
     kv = [plans[v].stages[0].available_kv_bytes for v in plans]
-    assert kv[1] - kv[0] == 1_023_241_355 + 897_619_451 and kv[1] - kv[2] == 897_619_451
+    assert kv[1] - kv[0] == 1_023_241_355 + 897_619_451 and kv[1] - kv[2] == 897_619_451 + 558_170_112
     # MoE and DeltaNet hybrids stay on V1 until 0.29 (VllmConfig._is_default_v2_model_runner_model).
     moe, hybrid = _model("Qwen/Qwen3-30B-A3B"), _model("Qwen/Qwen3-Next-80B-A3B-Thinking")
     assert resolve_flags(moe, VllmFlags(version="0.28.0"), H100).runner == "v1"
@@ -217,14 +222,37 @@ def test_cold_compile_copies_the_embedding_table_from_0_11_1():
         .compile_clone_bytes == 0
 
 
-def test_v2_samples_each_tp_ranks_share_of_rows_from_0_29():
-    # Qwen2.5-0.5B at tp 2, where the sampler outweighs the forward: 0.28 samples all 1,024 rows on every rank,
-    # 24,696,062 + 1,024 x 151,936 x 6 B = 958,190,846 B; 0.29's batch-sharded sampling 512 rows a rank,
-    # 24,696,062 + 512 x 151,936 x 6 B = 491,443,454 B.
+def test_v2_profiled_sampler_per_release_and_its_rows_sharded_over_tp_from_0_29():
+    # Qwen2.5-0.5B at tp 2, a 2,048-token step and 2,048 sequences, a warm compile cache: the sampler outweighs the
+    # forward (0.096 GiB + 2.926 x 2,048 x 2 x (4,864 / 2 + 896) = 143 MB). 0.25 samples all 2,048 rows from a
+    # float32 copy, 24,696,062 + 2,048 x 151,936 x (2 + 4) B = 1,891,685,630 B; 0.26 (in place) and 0.28 (no row
+    # needs processing) keep the bfloat16 logits only, 24,696,062 + 2,048 x 151,936 x 2 = 647,025,918 B; 0.29's
+    # batch-sharded sampling takes 1,024 rows a rank, 24,696,062 + 1,024 x 151,936 x 2 = 335,860,990 B.
     small = _model("Qwen/Qwen2.5-0.5B")
-    peaks = [plan_vllm(small, VllmFlags(max_model_len=8192, version=v, tensor_parallel_size=2), H100)
-             .stages[0].memory.activation_peak_bytes for v in ("0.28.0", "0.29.0")]
-    assert peaks == [958_190_846, 491_443_454]
+    flags = dict(max_model_len=8192, tensor_parallel_size=2, max_num_batched_tokens=2048, max_num_seqs=2048,
+                 compile_cache="warm")
+    peaks = [plan_vllm(small, VllmFlags(version=v, **flags), H100).stages[0].memory.activation_peak_bytes
+             for v in ("0.25.0", "0.26.0", "0.28.0", "0.29.0")]
+    assert peaks == [1_891_685_630, 647_025_918, 647_025_918, 335_860_990]
+
+
+def test_v2_sampler_state_counts_on_the_last_stage_from_0_27():
+    # Model Runner V2 allocates its penalty counts and token masks in load_model: Qwen3-32B at 1,024 sequences,
+    # 1,024 x (151,936 + 2 x cdiv(151,936, 32) = 4,748) x 4 B = 661,225,472 B. 0.26's budget (weights + the
+    # profiling's increases) does not see it; 0.27's (the drop in free memory since the worker started) does, on
+    # the last pipeline stage only. V1 (an MoE model on 0.27) has none.
+    qwen32 = _model("Qwen/Qwen3-32B")
+    pro = find_gpu("RTX-PRO-6000")
+
+    def state(version: str, tp: int = 1, pp: int = 1, model=qwen32) -> list[int]:
+        plan = plan_vllm(model, VllmFlags(max_model_len=32768, version=version, tensor_parallel_size=tp,
+                                          pipeline_parallel_size=pp), pro)
+        return [s.memory.sampler_state_bytes for s in plan.stages]
+
+    assert state("0.26.0", tp=2) == [0]
+    assert state("0.27.1", tp=2) == [661_225_472]
+    assert state("0.27.1", pp=2) == [0, 661_225_472]
+    assert state("0.27.1", model=_model("Qwen/Qwen3-30B-A3B")) == [0]
 
 
 def test_ceil_of_requested_memory_from_0_14():

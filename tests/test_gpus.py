@@ -59,6 +59,7 @@ def test_h100_sxm_total_is_the_cuda_figure_solved_from_the_vllm_logs():
         ("A100-80GB", 85_198_045_184),  # deviceQuery 81,251 MBytes
         ("A100-40GB", 42_298_834_944),  # deviceQuery 40,339 MBytes
         ("A100-40GB-PCIE", 42_298_834_944),  # torch 40,339.3125 MiB × 2**20
+        ("A100-80GB-PCIE", 84_974_239_744),  # deviceQuery 81,038 MBytes, CUDA 12.4, ECC on
         ("L40S", 47_576_711_168),  # deviceQuery 45,373 MBytes
         ("T4", 15_835_660_288),  # deviceQuery 15,102 MBytes
         ("RTX-5090", 33_677_180_928),  # deviceQuery 32,117 MBytes

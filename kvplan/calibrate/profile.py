@@ -27,7 +27,7 @@ from kvplan.planner.verdict import Verdict
 
 PROFILE_VERSION = 1
 _INT_FIELDS = ("total_memory_bytes", "tp", "pp", "non_torch_bytes", "cuda_graph_bytes", "max_num_batched_tokens",
-               "max_num_seqs", "weights_bytes", "activation_peak_bytes")
+               "max_num_seqs", "weights_bytes", "activation_peak_bytes", "sampler_state_bytes")
 _STR_FIELDS = ("source", "engine", "engine_version", "vllm_engine", "gpu_name", "model")
 
 
@@ -65,14 +65,25 @@ def _vllm_profile(log: StartupLog, d: Deployment, v: Verdict) -> tuple[dict[str,
     weights = measured("weights_bytes", "weights")
     non_torch = measured("non_torch_bytes", "non_torch")
     consumed = r.get("consumed")
+    # Model Runner V2's sampler state is persistent memory the consumed figure (0.27+) holds beside the weights;
+    # a log that prints its non-torch memory apart (to 0.26) has a budget that does not count it.
+    sampler = _term(v, "sampler_state") or 0
+    if sampler and consumed is not None and non_torch is None:
+        values["sampler_state_bytes"] = sampler
+        why["sampler_state_bytes"] = f"modelled: Model Runner V2's, inside line {consumed.line}'s consumed memory"
+    elif sampler and non_torch is not None:
+        values["sampler_state_bytes"] = sampler = 0
+        why["sampler_state_bytes"] = "none: the log prints its non-torch memory apart, a budget without it"
     if non_torch is None and consumed is not None and weights is not None:
-        non_torch = values["non_torch_bytes"] = consumed.as_int - weights
-        why["non_torch_bytes"] = f"derived: line {consumed.line}, consumed memory - weights"
+        non_torch = values["non_torch_bytes"] = consumed.as_int - weights - sampler
+        why["non_torch_bytes"] = f"derived: line {consumed.line}, consumed memory - weights" + (
+            " - the sampler state" if sampler else "")
     elif non_torch is None and consumed is not None and _term(v, "weights") is not None:
         # No "Model loading took" line: the consumed memory still fixes weights + non-torch, so the non-torch
         # term takes what kvplan's weights leave of it (club-3090#1087: 15.03 GiB consumed, 14.49 modelled).
-        non_torch = values["non_torch_bytes"] = consumed.as_int - (_term(v, "weights") or 0)
-        why["non_torch_bytes"] = f"derived: line {consumed.line}, consumed memory - kvplan's weights"
+        non_torch = values["non_torch_bytes"] = consumed.as_int - (_term(v, "weights") or 0) - sampler
+        why["non_torch_bytes"] = f"derived: line {consumed.line}, consumed memory - kvplan's weights" + (
+            " - the sampler state" if sampler else "")
     graphs = measured("cuda_graph_bytes", "cuda_graph_estimate") or measured("cuda_graph_bytes", "cuda_graph_actual")
     activation = measured("activation_peak_bytes", "activation_peak")
     if activation is not None and consumed is not None and graphs and _term(v, "cuda_graphs") is not None:
@@ -91,7 +102,7 @@ def _vllm_profile(log: StartupLog, d: Deployment, v: Verdict) -> tuple[dict[str,
             non_torch = _term(v, "non_torch") or 0
             values["non_torch_bytes"] = non_torch
             why["non_torch_bytes"] = "modelled: kvplan's non-torch figure (the log prints none)"
-        rest = math.ceil(total * float(util)) - weights - available.as_int - non_torch - subtracted
+        rest = math.ceil(total * float(util)) - weights - available.as_int - non_torch - subtracted - sampler
         if rest >= 0:
             values["activation_peak_bytes"] = rest
             why["activation_peak_bytes"] = (f"derived: line {available.line}, ceil(total x {util}) - weights - "

@@ -194,6 +194,9 @@ class BoxProfile:
     max_num_seqs: int | None = None
     weights_bytes: int | None = None  # per rank
     activation_peak_bytes: int | None = None  # per rank, at max_num_batched_tokens / max_num_seqs
+    # Model Runner V2's sampler state inside the logged budget (0.27+ counts it in the consumed memory; a budget
+    # that does not count it holds 0), for the same model and max_num_seqs; non_torch_bytes is net of it.
+    sampler_state_bytes: int | None = None
 
 
 def options_dict(options: object) -> dict[str, object]:

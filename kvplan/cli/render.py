@@ -39,6 +39,7 @@ _TERM_NAMES = {
     "activation_peak": "activation peak",
     "non_torch": "non-torch",
     "cuda_graphs": "CUDA graphs",
+    "sampler_state": "sampler state",
     "reserved": "reserved",
     "overhead": "overhead",
     "context": "CUDA context",

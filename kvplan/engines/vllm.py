@@ -32,6 +32,7 @@ from kvplan.engines.vllm_memory import (
     non_torch_for,
     num_experts,
     stage_memory,
+    v2_sampler_state_bytes,
 )
 from kvplan.engines.vllm_mxfp4 import Mxfp4Backend, release_backend
 from kvplan.engines.vllm_profile import ProfileUse, apply_profile
@@ -301,6 +302,7 @@ class VllmReport:
                     "encoder_peak_bytes": s.memory.encoder_bytes,
                     "compile_clone_bytes": s.memory.compile_clone_bytes,
                     "intermediate_bytes": s.memory.intermediate_bytes,
+                    "sampler_state_bytes": s.memory.sampler_state_bytes,
                     "non_torch_bytes": s.memory.non_torch_bytes,
                     "available_kv_cache_bytes": s.available_kv_bytes,
                     "kv_cache_groups": [
@@ -527,11 +529,11 @@ def _graph_bytes(model: ModelSpec, f: ResolvedFlags, modes: GraphModes, layers: 
 def _sampler_path(f: ResolvedFlags) -> str:
     """The profiled sampler's path. V0 sorts like V1's PyTorch path (vllm/model_executor/layers/sampler.py
     _apply_top_k_top_p; FlashInfer only with VLLM_USE_FLASHINFER_SAMPLER=1). Model Runner V2 samples the
-    dummy rows without top-k/top-p (vllm/v1/worker/gpu/sample/sampler.py)."""
+    dummy rows without top-k/top-p (vllm/v1/worker/gpu/sample/sampler.py), from a float32 copy on 0.25 only."""
     if f.engine == "v0":
         return "sort"
     if f.runner == "v2":
-        return "v2"
+        return "v2" if f.rules.v2_sampler_fp32 else "v2_in_place"
     if f.install == "image" and f.rules.image_sampler is not None:
         return f.rules.image_sampler
     return f.rules.v1_sampler
@@ -607,9 +609,13 @@ def plan_vllm(
         lora=flags.lora, lora_extra_vocab=rules.lora_extra_vocab,
         draft=model.mtp.param_groups if f.num_speculative_tokens and model.mtp is not None else (),
         bnb_compute=flags.bnb_compute, sampler_shards=_sampler_shards(f), cold_compile=cold_compile(f),
-        # Model Runner V2 allocates them in load_model, after the weights are measured and before profiling:
-        # the snapshot budget (to 0.26) counts neither, the consumed-memory one (0.27+) counts the drop.
+        # Model Runner V2 allocates its receive buffers and its sampler state in load_model, after the weights are
+        # measured and before profiling: the snapshot budget (to 0.26) counts neither, the consumed-memory one
+        # (0.27+: the drop in free memory since the worker's start) counts both.
         intermediate_charged=f.runner == "v1" or f.rules.v1_budget == "consumed",
+        sampler_state_bytes=v2_sampler_state_bytes(model, max_num_seqs=f.max_num_seqs,
+                                                   draft_tokens=f.num_speculative_tokens)
+        if f.runner == "v2" and f.rules.v1_budget == "consumed" else 0,
     )
     stage_layers = pp_stage_layers(model.num_layers, f.pp)
     modes = capture_sizes(rules, f.engine, gpu, max_num_seqs=f.max_num_seqs,

@@ -247,9 +247,9 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
         out.append(f"prefix caching puts the Mamba layers in mamba_cache_mode 'all': a request holds a state "
                    f"page per {layout.block_size}-token block of its length, not 1")
     if f.runner == "v2":
-        out.append(f"vLLM {f.version} runs this model on Model Runner V2: its profiling samples from one float32 "
-                   "copy of the logits (no top-k/top-p)"
-                   + ("" if f.rules.v2_cudagraphs_profiled else ", and it makes no CUDA-graph estimate"))
+        copy = "one float32 copy of the logits" if f.rules.v2_sampler_fp32 else "the logits in their own dtype"
+        out.append(f"vLLM {f.version} runs this model on Model Runner V2: its profiling samples from {copy} (no "
+                   "top-k/top-p)" + ("" if f.rules.v2_cudagraphs_profiled else ", and it makes no CUDA-graph estimate"))
     clone = max((s.memory for s in r.stages), key=lambda m: m.compile_clone_bytes - m.run_peak_bytes)
     if clone.compile_clone_bytes > clone.run_peak_bytes:
         # Inductor's benchmark_combo_kernel (on from 0.11.1 with torch 2.9) runs each kernel on random copies of
@@ -345,6 +345,9 @@ def _terms(d: Deployment, r: VllmReport, m: StageMemory) -> list[MemoryTerm]:
         MemoryTerm("activation_peak", m.activation_peak_bytes, mark("activation peak", peak)),
         MemoryTerm("non_torch", m.non_torch_bytes, mark("non-torch", f"non-torch memory ({charged})")),
     ]
+    if m.sampler_state_bytes:
+        terms.append(MemoryTerm("sampler_state", m.sampler_state_bytes,
+                                f"Model Runner V2's penalty counts and token masks ({f.max_num_seqs:,} requests)"))
     if graphs_charged(f) and r.cudagraph_bytes:
         sizes = f"{len(r.graphs.piecewise)} piecewise + {len(r.graphs.full)} full graphs"
         terms.append(MemoryTerm("cuda_graphs", r.cudagraph_bytes, mark("CUDA graphs", f"CUDA graphs ({sizes})")))

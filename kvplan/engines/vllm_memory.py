@@ -58,11 +58,13 @@ FP32_BYTES = 4
 # 2); 0.9-0.11 call top_k_top_p_sampling_from_logits, which masks the logits into a new tensor and takes its
 # softmax (flashinfer/sampling.py, filter_apply_order "top_k_first": 3). V1 0.6.4-0.7.x runs no sampler:
 # compute_logits over all T tokens, in the model dtype only (0). The PyTorch sort path is sized by
-# torch_sort_bytes_per_element below, not by a count of copies. Model Runner V2 (0.25+ for dense models) copies
-# the logits to float32 once and applies penalties and temperature in place; the profiling rows ask for no
-# top-k/top-p, and its gumbel_sample kernel writes only the token ids (vllm/v1/worker/gpu/sample/sampler.py): 1.
+# torch_sort_bytes_per_element below, not by a count of copies. Model Runner V2 (0.25+ for dense models): 0.25
+# copies the logits to float32 once and applies penalties and temperature in place; the profiling rows ask for
+# no top-k/top-p, and its gumbel_sample kernel writes only the token ids (vllm/v1/worker/gpu/sample/sampler.py):
+# 1. 0.26 applies them in place on the logits themselves, and 0.27+ returns early for rows that need no logits
+# processing, as the dummy rows do: 0 ("v2_in_place").
 SAMPLER_FP32_COPIES = {"triton": 3.279, "flashinfer_logits": 3.0, "flashinfer_probs": 2.0, "logits": 0.0,
-                       "v2": 1.0}
+                       "v2": 1.0, "v2_in_place": 0.0}
 # 0.17+ sends fewer rows than this to PyTorch's sort (vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p).
 TRITON_MIN_ROWS = 8
 
@@ -232,10 +234,11 @@ class StageMemory:
     compile_clone_bytes: int = 0
     run_peak_bytes: int = 0  # the profiling run's own peak (forward, sampler, encoder), without those copies
     intermediate_bytes: int = 0  # a later pipeline stage's receive buffers (intermediate_bytes), part of the peak
+    sampler_state_bytes: int = 0  # Model Runner V2's sampler state on the last stage (v2_sampler_state_bytes)
 
     @property
     def non_kv_bytes(self) -> int:
-        return self.weights_bytes + self.activation_peak_bytes + self.non_torch_bytes
+        return self.weights_bytes + self.activation_peak_bytes + self.non_torch_bytes + self.sampler_state_bytes
 
 
 def num_experts(model: ModelSpec) -> int:
@@ -398,6 +401,16 @@ def intermediate_bytes(model: ModelSpec, *, dtype: str, max_num_batched_tokens: 
     return keys * max_num_batched_tokens * model.hidden_size * weight_dtype_bytes(dtype)
 
 
+def v2_sampler_state_bytes(model: ModelSpec, *, max_num_seqs: int, draft_tokens: int) -> int:
+    """What Model Runner V2's sampler keeps on every rank of the last pipeline stage from load_model on: int32
+    output-token counts per request and vocabulary entry (PenaltiesState.output_bin_counts, which vLLM's own
+    comment says can take GBs), a prompt bitmask of the vocabulary per request (prompt_bin_mask) and a grammar
+    bitmask per logit row (StructuredOutputsWorker, 1 + draft tokens rows a request). Qwen3-32B at 1,024
+    sequences, 151,936 tokens: 1,024 x (151,936 + 2 x 4,748) x 4 B = 661,225,472 B (0.62 GiB)."""
+    words = cdiv(model.vocab_size, 32)
+    return max_num_seqs * (model.vocab_size + words + (1 + draft_tokens) * words) * 4
+
+
 def compile_clone_bytes(model: ModelSpec, *, dtype: str, tp: int, max_num_batched_tokens: int) -> int:
     """What a cold torch.compile holds at once inside the profiled window, on the rank with the embedding.
 
@@ -471,6 +484,7 @@ def stage_memory(
     sampler_shards: int = 1,
     cold_compile: bool = False,
     intermediate_charged: bool = True,
+    sampler_state_bytes: int = 0,
 ) -> tuple[StageMemory, ...]:
     """Weights, activation peak and non-torch memory on a rank of each pipeline stage.
 
@@ -480,7 +494,8 @@ def stage_memory(
     `bnb_compute`: the dtype bitsandbytes 4-bit layers compute in (BNB_COMPUTE). `sampler_shards`: see
     activation_peak_bytes. `cold_compile`: torch.compile runs without a compile cache inside the profiled
     window (compile_clone_bytes, first stage only: the embedding lives there). `intermediate_charged`: the later
-    stages' receive buffers count in the budget (intermediate_bytes).
+    stages' receive buffers count in the budget (intermediate_bytes). `sampler_state_bytes`: persistent sampler
+    state the budget counts on the last stage (v2_sampler_state_bytes; 0 where none is counted).
     """
     elem = weight_dtype_bytes(dtype)
     quant = model.quant or (runtime_quant(quantization) if quantization else None)
@@ -526,6 +541,7 @@ def stage_memory(
                 compile_clone_bytes=clone,
                 run_peak_bytes=run_peak,
                 intermediate_bytes=received,
+                sampler_state_bytes=sampler_state_bytes if last else 0,
             )
         )
     return tuple(out)

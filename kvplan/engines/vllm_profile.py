@@ -6,7 +6,10 @@ Which terms carry over to another deployment, and why:
   graphs' per-layer share depend on them);
 - weights and the activation peak: only for the same model at the same parallel sizes, the activation peak
   also only at the same step (max_num_batched_tokens, and max_num_seqs where the profile states it). They are
-  what rank 0 logged, so they replace the first pipeline stage's figures.
+  what rank 0 logged, so they replace the first pipeline stage's figures;
+- Model Runner V2's sampler state as the logged budget held it (none, where it prints non-torch memory apart):
+  for the same model, parallel sizes and max_num_seqs; elsewhere it is modelled, and the measured non-torch
+  figure carries over net of it.
 Replaying the logged deployment then gives back its "Available KV cache memory" up to the logs' 0.01 GiB
 rounding, and a change of gpu_memory_utilization alone moves it by exactly that change x the total.
 """
@@ -110,4 +113,7 @@ def apply_profile(
         else:
             skipped.append(f"activation peak (measured for {profile.model} with a step of "
                            f"{profile.max_num_batched_tokens} tokens)")
+    if profile.sampler_state_bytes is not None and same_model and profile.max_num_seqs == flags.max_num_seqs:
+        stages = [replace(m, sampler_state_bytes=profile.sampler_state_bytes if m.sampler_state_bytes else 0)
+                  for m in stages]
     return total_bytes, tuple(stages), graph_bytes, ProfileUse(profile.source, tuple(applied), tuple(skipped))

@@ -91,6 +91,9 @@ class VllmRules:
     # Which models run on Model Runner V2 (vllm/v1/worker/gpu/) by default: None (V1's GPUModelRunner for all),
     # "dense" (0.25: generate models without MoE or state layers, vllm-project/vllm#44443), "all" (0.29) [1.20]
     v2_runner: str | None = None
+    # V2's profiled sampler copies the logits to float32 (0.25), or keeps them in their own dtype (0.26 works in
+    # place; 0.27+ skips the copy for rows that ask for no logits processing, as the dummy rows do) [1.20]
+    v2_sampler_fp32: bool = False
     v2_cudagraphs_profiled: bool = False  # V2 estimates CUDA graphs before the KV cache (0.29+) [1.20]
     v2_sharded_sampling: bool = False  # V2 samples each tp rank's share of the rows (0.29+) [1.20]
     # V1's first FULL graph capture warms up with max_num_batched_tokens of context (profile_seq_lens); from 0.26
@@ -192,11 +195,12 @@ def _changes() -> tuple[VllmRules, ...]:
     # dummy rows from one float32 copy of the logits (no top-k/top-p), its profile_cudagraph_memory returns 0
     # until 0.29, and it warms kernels up instead of V1's sampler warm-up.
     change((0, 25, 0), "Model Runner V2 default for dense models: one float32 copy of the logits in the profiled "
-           "sampler, no CUDA-graph estimate", v2_runner="dense")
+           "sampler, no CUDA-graph estimate", v2_runner="dense", v2_sampler_fp32=True)
     # vllm#50780 (open): the estimator is unchanged from 0.23, but from 0.26.0 the GDN decode-with-context path
     # its FULL warm-up runs leaves a transient that grows with max_num_batched_tokens (op not pinned upstream).
-    change((0, 26, 0), "a gated-DeltaNet hybrid's CUDA-graph estimate holds a profiling transient (not modelled)",
-           gdn_graph_transient=True)
+    change((0, 26, 0), "a gated-DeltaNet hybrid's CUDA-graph estimate holds a profiling transient (not modelled); "
+           "V2's profiled sampler keeps the logits in their own dtype", gdn_graph_transient=True,
+           v2_sampler_fp32=False)
     change((0, 27, 0), "non-KV memory = drop in free memory + transient peak (same terms)", v1_budget="consumed")
     change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line; "
            "no bitsandbytes", blackwell_1024=True, combined_kv_line=True, bitsandbytes=False)

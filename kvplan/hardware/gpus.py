@@ -119,6 +119,11 @@ _A = "amd"
 # [h100pcie-query]: a published nvidia-smi / nvaccelinfo print of two "NVIDIA H100 PCIe" (driver 565.57.01,
 #   2025-01-20: 81559MiB each; "Global Memory Size: 85045477376", 114 multiprocessors), held in the stored code
 #   index, which does not name its repository
+# [deac-a100pcie]: https://github.com/WFU-HPC/deac-docs/blob/fb7fbcf52a9457ca4299a783699fb8f92352e86a/source/
+#   cluster-gpu.rst (CUDA 12.4 deviceQuery of 4 x "NVIDIA A100 80GB PCIe", ECC enabled: "81038 MBytes
+#   (84974239744 bytes)"). TruNcat3/cuButterfly docs/hardware/a100-pcie-80gb.md @45de6b5d0382 records the same
+#   84,974,239,744 B for its A100 80GB PCIe. Taken after the first held-out log on this card (vLLM 0.28.0) had been
+#   evaluated against the nominal 80 GiB (+7.1%).
 
 # Bandwidth figures below are only those gpus.md gives; "secondary" means a page quoting the vendor
 # figure that gpus.md could not check against the datasheet.
@@ -212,7 +217,7 @@ _CATALOG: tuple[GpuSpec, ...] = (
     ),
     GpuSpec(
         "A100-80GB-PCIE", "NVIDIA A100 80GB PCIe", ("NVIDIA A100 80GB PCIe",),
-        80 * GiB, "nominal: 80 GB, from the device name [cfg-a100pcie80]; no totals found",
+        84_974_239_744, "cuda: deviceQuery 81,038 MBytes (84,974,239,744 B), CUDA drv 12.4, ECC on [deac-a100pcie]",
         ("A100-PCIE-80GB",),
         _N,
     ),
