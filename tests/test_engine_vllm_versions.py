@@ -72,6 +72,9 @@ CHANGES = [
     ("0.7.3", "0.8.0", "block_sizes", (8, 16, 32, 64, 128), (1, 8, 16, 32, 64, 128)),
     ("0.8.4", "0.8.5", "v1_batch_rule", "name", "memory"),
     ("0.8.5", "0.9.0", "v1_batch_rule", "memory", "memory_not_a100"),
+    # EngineArgs.get_batch_defaults: 0.28.0 adds "if device_memory >= 160 * GiB_bytes" (B200/B300) ahead of the
+    # 70 GiB test, with 16,384 tokens and 1,024 sequences for both entry points.
+    ("0.27.1", "0.28.0", "v1_batch_rule", "memory_not_a100", "memory_tiers"),
     ("0.8.5", "0.9.0", "image_sampler", "flashinfer_probs", "flashinfer_logits"),
     ("0.9.0", "0.9.1", "v1_budget", "absolute", "snapshot"),
     ("0.9.0", "0.9.1", "hybrid_groups", False, True),
@@ -339,6 +342,9 @@ def test_v0_one_request_refusal_in_tokens():
     ("0.6.5", "H100", 131072, None, (2048, 256)),  # ... 2,048 from 0.6.5
     ("0.11.0", "H100", 4096, 1, (8192, 1)),
     ("0.11.1", "H100", 4096, 1, (4096, 1)),  # defaulted step capped at 1 sequence x 4,096 tokens
+    ("0.27.1", "B200", 8192, None, (8192, 1024)),  # 0.27: >= 70 GiB
+    ("0.28.0", "B200", 8192, None, (16384, 1024)),  # 0.28: >= 160 GiB, the largest step for `vllm serve` too
+    ("0.28.0", "H200", 8192, None, (8192, 1024)),  # 139.8 GiB: below 160
 ])
 def test_batch_defaults(version, gpu, max_model_len, seqs_given, expected):
     f = resolve_flags(LLAMA, VllmFlags(max_model_len=max_model_len, version=version, max_num_seqs=seqs_given),

@@ -13,6 +13,8 @@ from kvplan.units import GiB
 
 # V1's "big GPU" test compares torch's total_memory with 70 GiB (0.8.5+); H100 80GB reports 79.19 GiB.
 BIG_GPU_BYTES = 70 * GiB
+# 0.28+ gives GPUs of at least 160 GiB (B200, B300, MI300X) the largest defaults for both entry points.
+LARGEST_GPU_BYTES = 160 * GiB
 # V0 turns chunked prefill on by itself only past 32K tokens of context (create_engine_config).
 V0_CHUNKED_ABOVE_TOKENS = 32_768
 # V0 gives multimodal models at least this step (_MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS).
@@ -42,8 +44,10 @@ def _v1_defaults(rules: VllmRules, gpu: GpuSpec, usage: str) -> tuple[int, int]:
     if rules.v1_batch_rule == "name":  # 0.7.0 - 0.8.4: by device name; seqs 1,024 everywhere
         big = "h100" in name or "h200" in name
         return ((8192 if big else 2048) if usage == "serve" else (16384 if big else 8192)), 1024
+    if rules.v1_batch_rule == "memory_tiers" and gpu.total_memory_bytes >= LARGEST_GPU_BYTES:
+        return 16384, 1024
     big = gpu.total_memory_bytes >= BIG_GPU_BYTES
-    if rules.v1_batch_rule == "memory_not_a100":
+    if rules.v1_batch_rule in ("memory_not_a100", "memory_tiers"):
         big = big and "a100" not in name
     if usage == "serve":
         return (8192, 1024) if big else (2048, 256)

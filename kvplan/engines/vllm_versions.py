@@ -56,7 +56,8 @@ class VllmRules:
     cudagraphs_subtracted: bool = False  # the CUDA-graph estimate comes off the budget [1.6]
     cudagraphs_profiled: bool = False  # an estimate pass captures graphs before the KV cache [1.6]
     v0_chunked_tokens: int = 512  # V0 max_num_batched_tokens with chunked prefill on [1.4]
-    v1_batch_rule: str = "fixed"  # "fixed" (2048/1024), "name" (h100/h200), "memory", "memory_not_a100" [1.4]
+    # "fixed" (2048/1024), "name" (h100/h200), "memory", "memory_not_a100", "memory_tiers" (0.28: >= 160 GiB) [1.4]
+    v1_batch_rule: str = "fixed"
     batch_caps: bool = False  # tokens <= seqs x len, seqs <= tokens when defaulted [1.4]
     hybrid_groups: bool = False  # V1 groups sliding/full/Mamba layers with one unified page [1.9]
     v1_tokens_rule: str = "blocks"  # "blocks", "blocks_per_group", "concurrency" [1.8]
@@ -203,7 +204,8 @@ def _changes() -> tuple[VllmRules, ...]:
            v2_sampler_fp32=False)
     change((0, 27, 0), "non-KV memory = drop in free memory + transient peak (same terms)", v1_budget="consumed")
     change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line; "
-           "no bitsandbytes", blackwell_1024=True, combined_kv_line=True, bitsandbytes=False)
+           "no bitsandbytes; 16,384 tokens and 1,024 sequences on GPUs of 160 GiB and more",
+           blackwell_1024=True, combined_kv_line=True, bitsandbytes=False, v1_batch_rule="memory_tiers")
     change((0, 29, 0), "Model Runner V2 for every model; it estimates CUDA graphs; batch-sharded sampling",
            v2_runner="all", v2_cudagraphs_profiled=True, v2_sharded_sampling=True)
     return tuple(out)
