@@ -129,10 +129,26 @@ CHANGES = [
     # vllm/config/compilation.py: 0.11.1 (torch 2.9) sets Inductor's combo_kernels and benchmark_combo_kernel
     # when the user gave neither; 0.11.0 (torch 2.8) has no such block.
     ("0.11.0", "0.11.1", "compile_clone", False, True),
-    ("0.24.0", "0.25.0", "v2_runner", None, "dense"),
-    # gpu/sample/sampler.py apply_sampling_params: 0.25.0 copies the logits to float32 first; 0.26.0 works on
-    # them in place; 0.27.0 copies again but returns early when no row asks for logits processing.
-    ("0.24.0", "0.25.0", "v2_sampler_fp32", False, True),
+    # config/vllm.py _is_default_v2_model_runner_model and DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, per sdist:
+    # 0.22.0 {Qwen3ForCausalLM} when neither MoE nor quantized; 0.23.0 adds Llama and Mistral; 0.24.0 lists six
+    # architectures and drops the MoE/quantized test; 0.25.0 takes every non-MoE, non-hybrid model and keeps a
+    # list of MoE architectures.
+    ("0.21.0", "0.22.0", "v2_runner", None, "listed"),
+    ("0.21.0", "0.22.0", "v2_architectures", (), ("Qwen3ForCausalLM",)),
+    ("0.21.0", "0.22.0", "v2_listed_unquantized", False, True),
+    ("0.22.0", "0.23.0", "v2_architectures", ("Qwen3ForCausalLM",),
+     ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM")),
+    ("0.23.0", "0.24.0", "v2_architectures", ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"),
+     ("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "LlamaForCausalLM", "MistralForCausalLM",
+      "Qwen2MoeForCausalLM", "Qwen3ForCausalLM")),
+    ("0.23.0", "0.24.0", "v2_listed_unquantized", True, False),
+    ("0.24.0", "0.25.0", "v2_runner", "listed", "dense"),
+    ("0.24.0", "0.25.0", "v2_architectures", ("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "LlamaForCausalLM",
+                                              "MistralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM"),
+     ("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "Qwen2MoeForCausalLM")),
+    # gpu/sample/sampler.py apply_sampling_params: 0.22.0-0.25.x copy the logits to float32 first; 0.26.0 works
+    # on them in place; 0.27.0 copies again but returns early when no row asks for logits processing.
+    ("0.21.0", "0.22.0", "v2_sampler_fp32", False, True),
     ("0.25.1", "0.26.0", "v2_sampler_fp32", True, False),
     ("0.28.0", "0.29.0", "v2_runner", "dense", "all"),
     ("0.28.0", "0.29.0", "v2_cudagraphs_profiled", False, True),
@@ -170,7 +186,8 @@ def test_every_change_in_the_table_is_tested():
 
 def test_model_runner_v2_for_dense_models_from_0_25_and_every_model_from_0_29():
     # Llama-3.1-8B on an H100 at 8,192 tokens (1,024 sampler rows, 128,256 logits a row), a warm compile cache
-    # (the cold one is test_cold_compile_copies_the_embedding_table_from_0_11_1). 0.24 runs V1's GPUModelRunner:
+    # (the cold one is test_cold_compile_copies_the_embedding_table_from_0_11_1). 0.22 runs V1's GPUModelRunner
+    # (Llama is listed for V2 from 0.23):
     # its Triton sampler peaks at 0.023 GiB + 131,334,144 x (2 + 3.279 x 4) B = 2,009,942,982 B, above the
     # forward, and the 897,619,451 B CUDA-graph estimate comes off the budget. 0.25 runs Model Runner V2 for dense
     # models: one float32 copy, 24,696,062 + 131,334,144 x (2 + 4) = 812,700,926 B, stays under the forward's
@@ -178,7 +195,7 @@ def test_model_runner_v2_for_dense_models_from_0_25_and_every_model_from_0_29():
     # estimates graphs on V2 too, so the estimate comes off again, and its budget (0.27+) counts V2's sampler
     # state: 1,024 x (128,256 + 2 x 4,008) x 4 B = 558,170,112 B.
     plans = {v: plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version=v, compile_cache="warm"), H100)
-             for v in ("0.24.0", "0.25.0", "0.29.0")}
+             for v in ("0.22.0", "0.25.0", "0.29.0")}
     assert [plans[v].flags.runner for v in plans] == ["v1", "v2", "v2"]
     assert [plans[v].stages[0].memory.activation_peak_bytes for v in plans] == [2_009_942_982, 986_701_627,
                                                                                986_701_627]
@@ -189,6 +206,25 @@ def test_model_runner_v2_for_dense_models_from_0_25_and_every_model_from_0_29():
     assert resolve_flags(moe, VllmFlags(version="0.28.0"), H100).runner == "v1"
     assert resolve_flags(hybrid, VllmFlags(version="0.28.0"), H100).runner == "v1"
     assert resolve_flags(moe, VllmFlags(version="0.29.0"), H100).runner == "v2"
+
+
+@pytest.mark.parametrize(("name", "version", "quantization", "runner"), [
+    ("Qwen/Qwen3-8B", "0.21.0", None, "v1"),  # no default V2 yet
+    ("Qwen/Qwen3-8B", "0.22.0", None, "v2"),  # Qwen3ForCausalLM, dense, unquantized
+    ("meta-llama/Llama-3.1-8B-Instruct", "0.22.0", None, "v1"),  # not listed until 0.23
+    ("meta-llama/Llama-3.1-8B-Instruct", "0.23.0", None, "v2"),
+    ("meta-llama/Llama-3.1-8B-Instruct", "0.23.0", "fp8", "v1"),  # quantized: V1 on 0.22-0.23
+    ("meta-llama/Llama-3.1-8B-Instruct", "0.24.0", "fp8", "v2"),
+    ("google/gemma-2-9b-it", "0.24.0", None, "v1"),  # Gemma2ForCausalLM is not listed
+    ("google/gemma-2-9b-it", "0.25.0", None, "v2"),  # dense
+    ("deepseek-ai/DeepSeek-V2-Lite", "0.23.0", None, "v1"),
+    ("deepseek-ai/DeepSeek-V2-Lite", "0.24.0", None, "v2"),  # a listed MoE architecture
+    ("deepseek-ai/DeepSeek-V2-Lite", "0.28.0", None, "v2"),
+    ("Qwen/Qwen3-30B-A3B", "0.24.0", None, "v1"),  # Qwen3MoeForCausalLM is never listed
+])
+def test_default_runner_per_release_and_architecture(name, version, quantization, runner):
+    flags = VllmFlags(version=version, max_model_len=8192, quantization=quantization)
+    assert resolve_flags(_model(name), flags, H100).runner == runner
 
 
 def test_cold_compile_copies_the_embedding_table_from_0_11_1():

@@ -385,21 +385,30 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         mamba_ssm_cache_dtype=flags.mamba_ssm_cache_dtype,
         num_speculative_tokens=_draft_tokens(model, flags, engine),
         chunked_prefill=shape.chunked_prefill,
-        runner=model_runner(model, rules, engine),
+        runner=model_runner(model, rules, engine, flags.quantization),
         compile_cache="none" if engine == "v0" or flags.enforce_eager else flags.compile_cache,
     )
 
 
-def model_runner(model: ModelSpec, rules: VllmRules, engine: str) -> str:
+def model_runner(model: ModelSpec, rules: VllmRules, engine: str, quantization: str | None = None) -> str:
     """The runner vLLM's worker builds (VllmConfig.use_v2_model_runner without VLLM_USE_V2_MODEL_RUNNER):
-    0.25-0.28 take V2 for dense generate models, not for MoE (is_moe) or hybrids with Mamba or gated-DeltaNet
-    state (is_hybrid); 0.29 takes it for every model. Qwen3-32B on 0.27.1 logs V2's model_runner.py,
-    Qwen3-235B-A22B (MoE) V1's gpu_model_runner.py."""
+    0.22-0.24 take V2 for the architectures their list names (0.22-0.23 only when neither MoE nor quantized);
+    0.25-0.28 for generate models without MoE (is_moe) or Mamba / gated-DeltaNet state (is_hybrid), and for
+    the MoE architectures listed; 0.29 for every model. Qwen3-32B on 0.27.1 logs V2's model_runner.py,
+    Qwen3-235B-A22B (MoE, not listed) V1's gpu_model_runner.py."""
     if engine != "v1" or rules.v2_runner is None:
         return "v1"
-    if rules.v2_runner == "all" or not (num_experts(model) or _has_state_cache(model)):
+    if rules.v2_runner == "all":
         return "v2"
-    return "v1"
+    listed = model.architecture in rules.v2_architectures
+    if rules.v2_runner == "listed":
+        quantized = model.quant is not None or quantization is not None
+        if not listed or (rules.v2_listed_unquantized and (num_experts(model) or quantized)):
+            return "v1"
+        return "v2"
+    if _has_state_cache(model):
+        return "v1"
+    return "v2" if listed or not num_experts(model) else "v1"
 
 
 def _draft_tokens(model: ModelSpec, flags: VllmFlags, engine: str) -> int:

@@ -89,9 +89,13 @@ class VllmRules:
     # Nemotron-H's SSM state when --mamba-ssm-cache-dtype is auto: None = the conv state's dtype (the model's);
     # else the config's mamba_ssm_cache_dtype, or this (NemotronHForCausalLMConfig, 0.13+) [1.9]
     nemotron_ssm_default: str | None = None
-    # Which models run on Model Runner V2 (vllm/v1/worker/gpu/) by default: None (V1's GPUModelRunner for all),
-    # "dense" (0.25: generate models without MoE or state layers, vllm-project/vllm#44443), "all" (0.29) [1.20]
+    # Which models run on Model Runner V2 (vllm/v1/worker/gpu/) by default (VllmConfig.use_v2_model_runner):
+    # None (V1's GPUModelRunner for all), "listed" (0.22-0.24: the architectures below), "dense" (0.25: generate
+    # models without MoE or state layers, vllm-project/vllm#44443, and the MoE architectures listed), "all" (0.29)
+    # [1.20]
     v2_runner: str | None = None
+    v2_architectures: tuple[str, ...] = ()  # DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES
+    v2_listed_unquantized: bool = False  # 0.22-0.23: a listed model only when neither MoE nor quantized
     # V2's profiled sampler copies the logits to float32 (0.25), or keeps them in their own dtype (0.26 works in
     # place; 0.27+ skips the copy for rows that ask for no logits processing, as the dummy rows do) [1.20]
     v2_sampler_fp32: bool = False
@@ -192,11 +196,21 @@ def _changes() -> tuple[VllmRules, ...]:
            default_utilization=0.92, cudagraphs_subtracted=True, nemotron_ssm_default="float32",
            mamba_seqs_check=True)
     change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len)", v1_tokens_rule="concurrency")
-    # Model Runner V2 (release notes of 0.25.0, 2026-07-11, and 0.29.0, 2026-09-09): its profile_run samples the
-    # dummy rows from one float32 copy of the logits (no top-k/top-p), its profile_cudagraph_memory returns 0
-    # until 0.29, and it warms kernels up instead of V1's sampler warm-up.
-    change((0, 25, 0), "Model Runner V2 default for dense models: one float32 copy of the logits in the profiled "
-           "sampler, no CUDA-graph estimate", v2_runner="dense", v2_sampler_fp32=True)
+    # Model Runner V2 (vllm/config/vllm.py _is_default_v2_model_runner_model and DEFAULT_V2_MODEL_RUNNER_
+    # ARCHITECTURES in each release's sdist; release notes of 0.25.0, 2026-07-11, and 0.29.0, 2026-09-09): its
+    # profile_run samples the dummy rows without top-k/top-p, its profile_cudagraph_memory returns 0 until 0.29,
+    # and it warms kernels up instead of V1's sampler warm-up.
+    change((0, 22, 0), "Model Runner V2 by default for Qwen3 dense unquantized models", v2_runner="listed",
+           v2_architectures=("Qwen3ForCausalLM",), v2_listed_unquantized=True, v2_sampler_fp32=True)
+    change((0, 23, 0), "Model Runner V2 by default for Llama, Mistral and Qwen3 dense unquantized models",
+           v2_architectures=("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"))
+    change((0, 24, 0), "Model Runner V2 for the listed architectures, quantized or MoE too",
+           v2_architectures=("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "LlamaForCausalLM",
+                             "MistralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM"),
+           v2_listed_unquantized=False)
+    change((0, 25, 0), "Model Runner V2 default for dense models and three MoE architectures: one float32 copy "
+           "of the logits in the profiled sampler, no CUDA-graph estimate", v2_runner="dense",
+           v2_architectures=("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "Qwen2MoeForCausalLM"))
     # vllm#50780 (open): the estimator is unchanged from 0.23, but from 0.26.0 the GDN decode-with-context path
     # its FULL warm-up runs leaves a transient that grows with max_num_batched_tokens (op not pinned upstream).
     change((0, 26, 0), "a gated-DeltaNet hybrid's CUDA-graph estimate holds a profiling transient (not modelled); "
