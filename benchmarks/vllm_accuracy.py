@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from kvplan.calibrate.vllm_log import compile_cache_shown, install_shown  # noqa: E402
+from kvplan.calibrate.vllm_log import compile_cache_shown, flashinfer_sampler_shown, install_shown  # noqa: E402
 from kvplan.capacity.deployment import BoxProfile  # noqa: E402
 from kvplan.capacity.weights import CHECKPOINT_FLAGS, names_checkpoint_format  # noqa: E402
 from kvplan.engines.vllm import VllmFlags, VllmReport, graphs_charged, plan_vllm, resolve_flags  # noqa: E402
@@ -286,6 +286,8 @@ def _vllm_flags(row: dict, release: str, model: ModelSpec) -> tuple[VllmFlags, d
         enforce_eager=bool(_flag(eager)) if eager is not None else False,
         # kvplan's default (a cold compile cache) unless the log shows torch.compile loading its graphs.
         compile_cache=compile_cache_shown(raw) or "cold",
+        # The sampler the log names (Unsloth sets VLLM_USE_FLASHINFER_SAMPLER=1 where FlashInfer is importable).
+        flashinfer_sampler=flashinfer_sampler_shown(raw),
         allow_long_max_model_len=True,
         lora=_lora(given),
         bnb_compute="model" if _UNSLOTH_LINE_RE.search(raw) else "bfloat16",

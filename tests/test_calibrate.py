@@ -227,6 +227,22 @@ def test_reads_the_engine_and_what_the_log_shows_of_flashinfer():
         assert log.settings.install == install, line
 
 
+def test_the_sampler_the_log_names_is_the_sampler_planned():
+    # 0.11.1+ takes FlashInfer only with VLLM_USE_FLASHINFER_SAMPLER=1 (Unsloth sets it), 0.8-0.11.0 wherever it
+    # is importable unless the variable is 0: the line says which the run took, and the plan takes the same.
+    shown = {
+        "INFO 11-25 15:08:03 [topk_topp_sampler.py:36] Using FlashInfer for top-p & top-k sampling.": True,
+        "WARNING 04-01 10:00:00 [topk_topp_sampler.py:56] FlashInfer is available, but it is not enabled. Falling "
+        "back to the PyTorch-native implementation of top-p & top-k sampling.": False,
+        "WARNING 07-17 03:28:00 [topk_topp_sampler.py:59] FlashInfer is not available. Falling back to the "
+        "PyTorch-native implementation of top-p & top-k sampling.": None,  # the install's doing (a wheel), not the env
+    }
+    for line, taken in shown.items():
+        log = read_log(line + "\nINFO 06-16 14:13:56 [gpu_worker.py:298] Available KV cache memory: 8.68 GiB\n",
+                       "x.log")
+        assert log.settings.flashinfer_sampler is taken, line
+
+
 def test_a_v0_profile_records_its_engine(tmp_path):
     r = _calibrate("vllm-0.8-t4-v0-llama-3.2-3b.log", model="meta-llama/Llama-3.2-3B-Instruct")
     assert r.deployment.engine.use_v1 is False and r.profile.vllm_engine == "v0"

@@ -240,8 +240,9 @@ def test_fused_moe_workspace():
 def test_estimate_states_the_batch_need_in_vllm_blocks():
     # gpt-oss-20b: two KV-cache groups of 12 layers (sliding, full); page per layer 16 tokens x 8 KV heads x 64 x
     # (K, V) x 2 B = 32,768 B, so 12 x 32,768 = 393,216 B per block. One request of 131,072 tokens needs
-    # cdiv(131,072, 16) = 8,192 full blocks + cdiv(min(128 - 1 + 8,192 in flight, 131,072), 16) + 1 = 521 sliding
-    # blocks = 8,713; eight requests: 8 x 8,713 x 393,216 B (kvplan's engine-neutral paging says less: 9 blocks).
+    # cdiv(131,072, 16) = 8,192 full blocks + cdiv(min(128 - 1 + 2 x 8,192 in flight, 131,072), 16) + 1 = 1,033
+    # sliding blocks (two batches in flight from 0.26) = 9,225; eight requests: 8 x 9,225 x 393,216 B (kvplan's
+    # engine-neutral paging says less: 9 blocks).
     from kvplan.api import EstimateRequest, GpuChoice, ModelSource, estimate
     from kvplan.capacity.deployment import Workload
 
@@ -253,8 +254,8 @@ def test_estimate_states_the_batch_need_in_vllm_blocks():
         )
     )
     v = r.results[0].verdict
-    assert v.pools[0].pool.per_request_units == 8713 and v.pools[0].pool.unit_bytes == 393_216
-    assert v.kv_needed_bytes == 8 * 8713 * 393_216
+    assert v.pools[0].pool.per_request_units == 9225 and v.pools[0].pool.unit_bytes == 393_216
+    assert v.kv_needed_bytes == 8 * 9225 * 393_216
 
 
 def _activation_and_notes(runner, *args: str) -> tuple[int, list[str]]:

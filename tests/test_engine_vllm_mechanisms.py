@@ -115,9 +115,12 @@ def test_gpt_oss_120b_wheel_on_h100_as_logged():
     r = plan_vllm(model, flags, H100)
     assert round(r.first_rank_available_kv_bytes / GiB, 2) == 1.76
     assert r.refusal is not None and r.refusal.code == "one_request"  # 131,072 tokens need 4.54 GiB
-    # The image (FlashInfer's sampler, Triton weights) would have left 6.9 GiB and started.
+    # The image (FlashInfer's sampler, Triton weights) would have left 6.89 GiB, room for the request. Its
+    # sampler warm-up (2.91 GiB over 1,024 rows) then meets 2.83 GiB beside 0.11.0's 134 graphs (67 capture
+    # sizes, step 8 to 512, FULL and PIECEWISE; 3.79 GiB): a call within kvplan's error, so only the room is pinned.
     image = plan_vllm(model, replace(flags, install="image"), H100)
-    assert image.refusal is None and image.first_rank_available_kv_bytes > 6.8 * GiB
+    assert image.first_rank_available_kv_bytes > 6.8 * GiB
+    assert image.refusal is None or image.refusal.code != "one_request"
 
 
 def test_mxfp4_expert_bytes():

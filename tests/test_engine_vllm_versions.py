@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -63,14 +64,22 @@ CHANGES = [
     ("0.6.3", "0.6.4", "v1_available", False, True),
     ("0.6.4", "0.6.5", "v0_budget", "absolute", "snapshot"),
     ("0.6.4", "0.6.5", "v0_chunked_tokens", 512, 2048),
+    # --block-size choices in engine/arg_utils.py (config/cache.py BlockSize later), per sdist.
+    ("0.6.3", "0.6.4", "block_sizes", (8, 16, 32), (8, 16, 32, 64, 128)),
+    ("0.6.4", "0.6.5", "block_sizes", (8, 16, 32, 64, 128), (8, 16, 32)),
+    ("0.6.5", "0.6.6", "block_sizes", (8, 16, 32), (8, 16, 32, 64, 128)),
+    ("0.8.4", "0.8.5", "block_sizes", (8, 16, 32, 64, 128), (1, 8, 16, 32, 64, 128)),
+    ("0.11.0", "0.11.1", "block_sizes", (1, 8, 16, 32, 64, 128), (1, 8, 16, 32, 64, 128, 256)),
+    ("0.17.1", "0.18.0", "block_sizes", (1, 8, 16, 32, 64, 128, 256), None),
     ("0.6.6", "0.7.0", "v1_batch_rule", "fixed", "name"),
     ("0.7.0", "0.7.1", "mla_latent", False, True),
     ("0.7.3", "0.8.0", "default_engine", "v0", "v1"),
     ("0.7.3", "0.8.0", "sampler_warmup", False, True),
     ("0.7.3", "0.8.0", "v1_sampler", "logits", "sort"),
     ("0.7.3", "0.8.0", "image_sampler", None, "flashinfer_probs"),
-    ("0.7.3", "0.8.0", "block_sizes", (8, 16, 32, 64, 128), (1, 8, 16, 32, 64, 128)),
-    ("0.8.4", "0.8.5", "v1_batch_rule", "name", "memory"),
+    # _set_default_args_v1: 0.8.4 gives 1,024 sequences to H100/H200 only (256 elsewhere); 0.8.5 decides by memory.
+    ("0.8.3", "0.8.4", "v1_batch_rule", "name", "name_seqs"),
+    ("0.8.4", "0.8.5", "v1_batch_rule", "name_seqs", "memory"),
     ("0.8.5", "0.9.0", "v1_batch_rule", "memory", "memory_not_a100"),
     # EngineArgs.get_batch_defaults: 0.28.0 adds "if device_memory >= 160 * GiB_bytes" (B200/B300) ahead of the
     # 70 GiB test, with 16,384 tokens and 1,024 sequences for both entry points.
@@ -88,20 +97,27 @@ CHANGES = [
     ("0.9.2", "0.10.0", "kv_cache_dtypes", ("auto", "fp8", "fp8_e5m2", "fp8_e4m3"),
      ("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc")),
     ("0.10.0", "0.10.1", "mxfp4", False, True),
+    # CacheDType in config/cache.py: bfloat16 at 0.11.0, fp8_ds_mla at 0.11.1, float16 at 0.18.0.
+    ("0.10.2", "0.11.0", "kv_cache_dtypes", ("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"),
+     ("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc")),
+    ("0.11.0", "0.11.1", "kv_cache_dtypes", ("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"),
+     ("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla")),
+    ("0.17.1", "0.18.0", "kv_cache_dtypes",
+     ("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"),
+     ("auto", "float16", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla")),
+    # 0.11.1: capture sizes step 16 above 256 (0.10.2 still steps 8); VLLM_USE_FLASHINFER_SAMPLER defaults to
+    # None and the sampler takes FlashInfer only when it is set.
+    ("0.11.0", "0.11.1", "capture_rule", "v1_2seqs", "v1_2seqs_16"),
+    ("0.11.0", "0.11.1", "image_sampler", "flashinfer_logits", None),
     # CacheConfig.mamba_cache_dtype / mamba_ssm_cache_dtype and their flags: absent from arg_utils.py at 0.10.0.
     ("0.10.0", "0.10.1", "mamba_dtype_options", False, True),
-    ("0.10.1", "0.10.2", "capture_rule", "v1_2seqs", "v1_2seqs_16"),
     ("0.10.1", "0.10.2", "kv_cache_memory_option", False, True),
     ("0.10.2", "0.11.0", "v0_available", True, False),
     ("0.10.2", "0.11.0", "full_graphs", False, True),
     ("0.10.2", "0.11.0", "snapshot_after_comms", False, True),
     ("0.11.0", "0.11.1", "batch_caps", False, True),
     ("0.11.0", "0.11.1", "v1_chunked_optional", False, True),
-    ("0.11.2", "0.12.0", "image_sampler", "flashinfer_logits", None),
     ("0.11.2", "0.12.0", "lora_extra_vocab", 256, 0),
-    ("0.11.2", "0.12.0", "block_sizes", (1, 8, 16, 32, 64, 128), (1, 8, 16, 32, 64, 128, 256)),
-    ("0.11.2", "0.12.0", "kv_cache_dtypes", ("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"),
-     ("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla")),
     # NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype appears at 0.13.0 with getattr(hf_config,
     # "mamba_ssm_cache_dtype", "float16"); 0.20.0 makes the default float32 (DEFAULT_MAMBA_SSM_CACHE_DTYPE).
     ("0.12.0", "0.13.0", "nemotron_ssm_default", None, "float16"),
@@ -114,10 +130,6 @@ CHANGES = [
     ("0.14.1", "0.15.0", "mamba_cache_modes", False, True),
     ("0.16.0", "0.17.0", "v1_sampler", "sort", "triton"),
     ("0.17.1", "0.18.0", "cudagraphs_profiled", False, True),
-    ("0.17.1", "0.18.0", "block_sizes", (1, 8, 16, 32, 64, 128, 256), None),
-    ("0.18.1", "0.19.0", "kv_cache_dtypes",
-     ("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"),
-     ("auto", "float16", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla")),
     ("0.19.1", "0.20.0", "default_utilization", 0.90, 0.92),
     ("0.19.1", "0.20.0", "cudagraphs_subtracted", False, True),
     ("0.20.0", "0.20.1", "v1_tokens_rule", "blocks_per_group", "concurrency"),
@@ -150,6 +162,9 @@ CHANGES = [
     # on them in place; 0.27.0 copies again but returns early when no row asks for logits processing.
     ("0.21.0", "0.22.0", "v2_sampler_fp32", False, True),
     ("0.25.1", "0.26.0", "v2_sampler_fp32", True, False),
+    # v1/kv_cache_interface.py: SlidingWindowSpec / ChunkedLocalAttentionSpec size with max_in_flight_tokens
+    # from 0.26.0 (max_num_batched_tokens before).
+    ("0.25.1", "0.26.0", "window_in_flight_batches", False, True),
     ("0.28.0", "0.29.0", "v2_runner", "dense", "all"),
     ("0.28.0", "0.29.0", "v2_cudagraphs_profiled", False, True),
     ("0.28.0", "0.29.0", "v2_sharded_sampling", False, True),
@@ -367,7 +382,8 @@ def test_v0_one_request_refusal_in_tokens():
 
 
 @pytest.mark.parametrize(("version", "gpu", "max_model_len", "seqs_given", "expected"), [
-    ("0.8.4", "L4", 8192, None, (2048, 1024)),  # name rule: only h100/h200 get 8,192; seqs 1,024 everywhere
+    ("0.8.3", "L4", 8192, None, (2048, 1024)),  # name rule: only h100/h200 get 8,192; seqs 1,024 everywhere
+    ("0.8.4", "L4", 8192, None, (2048, 256)),  # 0.8.4: only h100/h200 get 1,024 sequences too
     ("0.8.4", "H100", 8192, None, (8192, 1024)),
     ("0.8.5", "L4", 8192, None, (2048, 256)),  # memory rule
     ("0.8.5", "A100-80GB", 8192, None, (8192, 1024)),  # 79 GiB >= 70 GiB
@@ -478,3 +494,59 @@ def test_bitsandbytes_is_refused_from_028():
     checkpoint = dataclasses.replace(model, quant=QuantSpec("bitsandbytes", 4, group_size=64, scale_bytes=4))
     with pytest.raises(FieldError, match="no bitsandbytes quantization"):
         plan_vllm(checkpoint, VllmFlags(max_model_len=8192, version="current"), find_gpu("L4"))
+
+
+def test_a_window_reserves_every_batch_in_flight_from_0_26():
+    # gpt-oss-20b at 131,072 tokens on an H100 (8,192-token steps): the full-attention group takes
+    # cdiv(131,072, 16) = 8,192 blocks a request. Its 128-token window reserves the steps in flight beside it:
+    # 0.25, one step: cdiv(127 + 8,192, 16) + 1 = 521 -> 8,713; 0.26 (VllmConfig.max_in_flight_tokens), two
+    # batches with async scheduling on V1 at pp 1: cdiv(127 + 16,384, 16) + 1 = 1,033 -> 9,225. Model Runner V2
+    # (0.29) runs pp + 1 = 2 batches, V1 at pp 2 runs pp = 2: the same 16,384 tokens.
+    gpt = _model("openai/gpt-oss-20b")
+
+    def plan(version: str, pp: int = 1):
+        return plan_vllm(gpt, VllmFlags(max_model_len=131072, version=version, pipeline_parallel_size=pp), H100)
+
+    assert [plan(v).blocks_per_request for v in ("0.25.1", "0.26.0", "0.29.0")] == [8_713, 9_225, 9_225]
+    assert plan("0.26.0", pp=2).flags.window_tokens_in_flight == 16_384
+    assert plan("0.25.1").flags.window_tokens_in_flight == 8_192
+
+
+@pytest.mark.parametrize(("version", "install", "env", "path"), [
+    # 0.8-0.11.0 take FlashInfer wherever it is importable (the image) unless VLLM_USE_FLASHINFER_SAMPLER=0.
+    ("0.9.2", "image", None, "flashinfer_logits"),
+    ("0.9.2", "image", False, "sort"),
+    ("0.9.2", "wheel", True, "flashinfer_logits"),  # FlashInfer installed beside the wheel and opted in
+    ("0.8.5", "wheel", True, "flashinfer_probs"),  # 0.8's FlashInfer samples from probabilities
+    # 0.11.1+ only with VLLM_USE_FLASHINFER_SAMPLER=1 (Unsloth sets it), whatever the install.
+    ("0.11.2", "image", None, "sort"),
+    ("0.11.2", "image", True, "flashinfer_logits"),
+    ("0.19", "wheel", True, "flashinfer_logits"),
+    ("0.19", "image", None, "triton"),
+    ("0.7.3", "image", True, "logits"),  # V1 before 0.8 profiles no sampler warm-up: the option does not reach it
+])
+def test_flashinfer_sampler_env_picks_the_profiled_sampler(version, install, env, path):
+    from kvplan.engines.vllm import _sampler_path
+
+    f = resolve_flags(LLAMA, VllmFlags(max_model_len=8192, version=version, install=install, use_v1=True,
+                                       flashinfer_sampler=env), find_gpu("L4"))
+    assert _sampler_path(f) == path
+
+
+def test_flashinfer_sampler_moves_the_peak_and_says_so(runner):
+    # Llama-3.1-8B on an L4 under 0.11.2 (warm compile cache, so the sampler is the profiled peak): 256 sampler
+    # rows (the small-GPU default) of 128,256 logits beside the 2 B bfloat16 logits. PyTorch's sort holds 4 + 32 B
+    # an element (vllm_memory.torch_sort_bytes_per_element), FlashInfer's kernels three float32 copies, 12 B:
+    # opting in leaves (38 - 14) x 256 x 128,256 = 788,004,864 B more KV memory, and the plan says why.
+    base = ["estimate", "meta-llama/Llama-3.1-8B-Instruct", "--offline", "--gpu", "L4", "--seq", "4096",
+            "--vllm-version", "0.11.2", "--compile-cache", "warm", "--json"]
+
+    def kv_and_notes(*extra: str) -> tuple[int, list[str]]:
+        out = json.loads(run_cli(runner, *base, *extra).stdout)
+        return out["available_kv_cache_bytes"], out["gpus"][0]["notes"]
+
+    default_kv, default_notes = kv_and_notes()
+    opted_kv, opted_notes = kv_and_notes("--flashinfer-sampler")
+    assert opted_kv - default_kv == 788_004_864
+    assert any("VLLM_USE_FLASHINFER_SAMPLER=1" in n for n in opted_notes)
+    assert not any("VLLM_USE_FLASHINFER_SAMPLER" in n for n in default_notes)

@@ -69,10 +69,11 @@ def test_sliding_window_keeps_window_plus_a_step_and_a_block():
 
 
 def test_sliding_window_caps_a_long_request():
-    # With 2,048 tokens a step the window keeps at most 4,095 + 2,048 = 6,143 tokens: a 7,000-token request
-    # takes full cdiv(7,000, 16) = 438 + sliding cdiv(6,143, 16) + 1 = 385 = 823 blocks, not 2 x 438.
+    # With 1,024 tokens a step and two steps in flight (vLLM 0.26+ with async scheduling) the window keeps at most
+    # 4,095 + 2 x 1,024 = 6,143 tokens: a 7,000-token request takes full cdiv(7,000, 16) = 438 + sliding
+    # cdiv(6,143, 16) + 1 = 385 = 823 blocks, not 2 x 438.
     v = _plan("google/gemma-2-9b-it", RequestMix.of([(4000, 3000)]),
-              engine=VllmOptions(kv_cache_memory_bytes=10 * GiB, max_num_batched_tokens=2048))
+              engine=VllmOptions(kv_cache_memory_bytes=10 * GiB, max_num_batched_tokens=1024))
     assert v.workload.mean_units == (823,) and v.workload.requests == 3899 // 823 == 4
 
 

@@ -213,6 +213,7 @@ def _options(log: StartupLog, version: str | None, user_only: bool) -> tuple[Eng
         max_num_batched_tokens=given("max_num_batched_tokens"),
         enable_prefix_caching=None if caching is None else bool(caching), install=s.install or "image",
         enforce_eager=bool(s.enforce_eager), compile_cache=s.compile_cache or "cold",
+        flashinfer_sampler=s.flashinfer_sampler,
         enable_chunked_prefill=None if chunked is None else bool(chunked),
         lora=LoraSlots(s.max_loras or 1, s.max_lora_rank or 16, bool(s.fully_sharded_loras)) if s.enable_lora else None,
         mamba_cache_dtype=s.mamba_cache_dtype or "auto", mamba_ssm_cache_dtype=s.mamba_ssm_cache_dtype or "auto",

@@ -101,7 +101,8 @@ class LogSettings:
     or SGLang's page; `max_num_seqs` vLLM's or SGLang's max_running_requests; `max_num_batched_tokens` vLLM's
     or SGLang's chunked_prefill_size. `vllm_engine` is "v0" or "v1" as vLLM's "Initializing a V0/V1 LLM
     engine" line says; `install` "image" or "wheel" where the log shows whether FlashInfer was importable;
-    `compile_cache` "cold" or "warm" where it shows whether torch.compile compiled or loaded its graphs.
+    `compile_cache` "cold" or "warm" where it shows whether torch.compile compiled or loaded its graphs;
+    `flashinfer_sampler` True or False where it shows VLLM_USE_FLASHINFER_SAMPLER taken (vllm.VllmFlags).
     `user_set` names the fields the user's own flags gave.
     """
 
@@ -138,6 +139,7 @@ class LogSettings:
     vllm_engine: str | None = None
     install: str | None = None
     compile_cache: str | None = None
+    flashinfer_sampler: bool | None = None
     user_set: frozenset[str] = frozenset()
 
 

@@ -135,6 +135,13 @@ _COMPILE_CACHE = (
     (re.compile(r"Compiling a graph for (?:dynamic shape|compile range)"), "cold"),
     (re.compile(r"Directly load (?:the compiled graph|AOT compilation)"), "warm"),
 )
+# The V1 sampler's choice (v1/sample/ops/topk_topp_sampler.py): "Using FlashInfer for top-p & top-k sampling"
+# where it runs FlashInfer (0.8-0.11.0 whenever importable, 0.11.1+ only with VLLM_USE_FLASHINFER_SAMPLER=1),
+# "FlashInfer is available, but it is not enabled" where VLLM_USE_FLASHINFER_SAMPLER=0 turned it off (0.8-0.11.0).
+_FLASHINFER_SAMPLER = (
+    (re.compile(r"Using FlashInfer for top-p & top-k sampling"), True),
+    (re.compile(r"FlashInfer is available, but it is not enabled"), False),
+)
 _ARGS = re.compile(r"non-default args: (\{.*)")
 _NAMESPACE = re.compile(r"args: Namespace\((.*)")
 _CONFIG = re.compile(r"with config: (.*)")
@@ -246,6 +253,7 @@ def _settings(c: Collector, rec: Record) -> None:
         c.set("vllm_engine", m.group(1).lower(), overwrite=False)
     c.set("install", install_shown(text), overwrite=False)
     c.set("compile_cache", compile_cache_shown(text), overwrite=False)
+    c.set("flashinfer_sampler", flashinfer_sampler_shown(text), overwrite=False)
     for regex in (_UNSLOTH_GPU, _NVIDIA_GPU, _DEVICE):
         m = regex.search(text)
         if m:
@@ -274,6 +282,12 @@ def install_shown(text: str) -> str | None:
 def compile_cache_shown(text: str) -> str | None:
     """"cold" or "warm" where `text` shows whether torch.compile compiled or loaded its graphs; None where not."""
     return next((state for regex, state in _COMPILE_CACHE if regex.search(text)), None)
+
+
+def flashinfer_sampler_shown(text: str) -> bool | None:
+    """True or False where `text` shows V1's sampler taking or refusing FlashInfer by VLLM_USE_FLASHINFER_SAMPLER;
+    None where it does not."""
+    return next((taken for regex, taken in _FLASHINFER_SAMPLER if regex.search(text)), None)
 
 
 def read_vllm(records: list[Record], source: str) -> StartupLog:

@@ -322,6 +322,7 @@ def build_request(
         rank = whole("max_lora_rank") if "max_lora_rank" in names else None
         lora = (1 if loras is None else loras, 16 if rank is None else rank, _switch(parsed, "fully-sharded-loras"))
     allow_long = bool(env) and bool_word((env or {}).get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "")) == "true"
+    flashinfer_sampler = _flashinfer_sampler(env, out) if engine == "vllm" else None
 
     gpu, gpu_source = hardware.gpu, hardware.gpu_source
     if gpu is not None:
@@ -383,6 +384,7 @@ def build_request(
         max_batch_total_tokens=batch_tokens,
         max_model_len_cap_tokens=cap,
         allow_long_max_model_len=allow_long,
+        flashinfer_sampler=flashinfer_sampler,
         lora_slots=lora,
         mamba_cache_dtype=_plain(text("mamba_cache_dtype"), "mamba_cache_dtype", names, site, out)
         if "mamba_cache_dtype" in names else None,
@@ -580,3 +582,15 @@ def apply_hardware(request: DeploymentRequest, *, gpu: str | None = None,
                 memory = spec.total_memory_bytes
     return replace(request, gpu=name, gpu_source=source if (name or memory) else "", gpu_key=key,
                    gpu_memory_bytes=memory, unresolved=tuple(unresolved), notes=tuple(dict.fromkeys(notes)))
+
+
+def _flashinfer_sampler(env: dict[str, str] | None, out: _Collect) -> bool | None:
+    """vLLM's env VLLM_USE_FLASHINFER_SAMPLER (read as bool(int(...)) in vllm/envs.py); None where unset."""
+    raw = (env or {}).get("VLLM_USE_FLASHINFER_SAMPLER")
+    if raw is None:
+        return None
+    word = bool_word(raw)
+    if word is None:
+        out.unresolved.append(Unresolved("flashinfer_sampler", f"env VLLM_USE_FLASHINFER_SAMPLER is {raw!r}, not 0 "
+                                         "or 1", "set VLLM_USE_FLASHINFER_SAMPLER to 0 or 1"))
+    return None if word is None else word == "true"

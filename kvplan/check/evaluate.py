@@ -66,6 +66,7 @@ def _engine_options(req: DeploymentRequest, vllm_version: str) -> Any:
             enable_chunked_prefill=req.enable_chunked_prefill,
             kv_cache_memory_bytes=req.kv_cache_memory_bytes,
             allow_long_max_model_len=req.allow_long_max_model_len,
+            flashinfer_sampler=req.flashinfer_sampler,
             lora=LoraSlots(*req.lora_slots) if req.lora_slots else None,
             mamba_cache_dtype=req.mamba_cache_dtype or "auto",
             mamba_ssm_cache_dtype=req.mamba_ssm_cache_dtype or "auto",

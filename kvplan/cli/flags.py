@@ -48,6 +48,7 @@ FIELD_FLAGS: dict[str, str] = {
     "engine.max_num_batched_tokens": "--max-num-batched-tokens",
     "engine.kv_cache_memory_bytes": "--kv-cache-memory-bytes",
     "engine.allow_long_max_model_len": "--allow-long-max-model-len",
+    "engine.flashinfer_sampler": "--flashinfer-sampler",
     "engine.mamba_cache_dtype": "--mamba-cache-dtype",
     "engine.mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
     "engine.speculative_method": "--speculative-config",

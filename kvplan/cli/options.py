@@ -208,6 +208,14 @@ AllowLong = Annotated[
         rich_help_panel=VLLM,
     ),
 ]
+FlashinferSampler = Annotated[
+    bool | None,
+    typer.Option(
+        "--flashinfer-sampler/--no-flashinfer-sampler",
+        help="vLLM's env VLLM_USE_FLASHINFER_SAMPLER=1 / =0 (unset by default): V1's sampler peak.",
+        rich_help_panel=VLLM,
+    ),
+]
 MambaCacheDtype = Annotated[
     str | None,
     typer.Option("--mamba-cache-dtype", help="Mamba/DeltaNet conv state dtype (auto, float32, float16, bfloat16).",

@@ -46,8 +46,9 @@ from kvplan.units import GiB
 
 USAGES = ("serve", "llm")  # `vllm serve` (OPENAI_API_SERVER) or the LLM class (LLM_CLASS)
 # How vLLM is installed: the vllm/vllm-openai image (FlashInfer included) or the vllm wheel (pip, uv; without
-# FlashInfer before 0.12). Before 0.12 it decides V1's sampler, and with it the profiled activation peak, and
-# from 0.10.2 to 0.11 whether gpt-oss's mxfp4 experts load for Triton (the image's triton_kernels) or Marlin.
+# FlashInfer before 0.12). From 0.8 to 0.11.0 it decides V1's sampler (0.11.1+ takes FlashInfer only by env), and
+# with it the profiled activation peak, and from 0.10.2 to 0.11 whether gpt-oss's mxfp4 experts load for Triton
+# (the image's triton_kernels) or Marlin.
 INSTALLS = ("image", "wheel")
 # The state of vLLM's torch.compile cache at start-up: "cold" (no cache for this model and these settings: a
 # first boot, or a container that does not keep ~/.cache/vllm) compiles inside the profiled window (0.11.1+:
@@ -90,6 +91,7 @@ class VllmFlags:
     enforce_eager: bool = False  # no CUDA graphs
     compile_cache: str = "cold"  # COMPILE_CACHES
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
+    flashinfer_sampler: bool | None = None  # VLLM_USE_FLASHINFER_SAMPLER=1 / =0; None: unset (_sampler_path)
     split: WeightSplit = NO_SPLIT  # expert parallel and CPU offload (vllm_memory.WeightSplit)
     lora: LoraSlots | None = None  # --enable-lora with --max-loras / --max-lora-rank (vllm_lora)
     # The dtype bitsandbytes 4-bit layers compute in: "bfloat16" (vLLM's own) or "model" (Unsloth's patched
@@ -175,6 +177,12 @@ class ResolvedFlags:
     # torch.compile inside the profiled window: "cold" (no compile cache), "warm" (cache hit), or "none" (V0, or
     # --enforce-eager: "Enforce eager set, disabling torch.compile and CUDAGraphs")
     compile_cache: str = "none"
+    flashinfer_sampler: bool | None = None  # VLLM_USE_FLASHINFER_SAMPLER as given (None: unset)
+    in_flight_tokens: int = 0  # tokens a sliding window or chunk reserves beyond itself (in_flight_tokens)
+
+    @property
+    def window_tokens_in_flight(self) -> int:
+        return self.in_flight_tokens or self.max_num_batched_tokens
 
 
 @dataclass(frozen=True)
@@ -362,6 +370,7 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         multimodal=any(g.name == "vision" for g in model.param_groups), usage=flags.usage,
         chunked_prefill=flags.enable_chunked_prefill,
     )
+    runner = model_runner(model, rules, engine, flags.quantization)
     return ResolvedFlags(
         max_model_len=max_len,
         gpu_memory_utilization=flags.gpu_memory_utilization or rules.default_utilization,
@@ -385,9 +394,23 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         mamba_ssm_cache_dtype=flags.mamba_ssm_cache_dtype,
         num_speculative_tokens=_draft_tokens(model, flags, engine),
         chunked_prefill=shape.chunked_prefill,
-        runner=model_runner(model, rules, engine, flags.quantization),
+        runner=runner,
         compile_cache="none" if engine == "v0" or flags.enforce_eager else flags.compile_cache,
+        flashinfer_sampler=flags.flashinfer_sampler,
+        in_flight_tokens=in_flight_tokens(rules, engine, runner, flags, shape.max_num_batched_tokens),
     )
+
+
+def in_flight_tokens(rules: VllmRules, engine: str, runner: str, flags: VllmFlags, step: int) -> int:
+    """The tokens scheduled but not yet settled, which a sliding window or an attention chunk keeps blocks for
+    beyond itself: one step up to 0.25; from 0.26 VllmConfig.max_in_flight_tokens, max_concurrent_batches x
+    step, where async scheduling (on by default for generate models, MTP included) runs 2 batches on V1 at
+    pp 1 and pp + 1 on Model Runner V2, and V1 with pp > 1 runs pp. gpt-oss-20b at 8,192 tokens on V1: 16,384."""
+    if engine != "v1" or not rules.window_in_flight_batches:
+        return step
+    pp = flags.pipeline_parallel_size
+    batches = pp + 1 if runner == "v2" else (2 if pp == 1 else pp)
+    return batches * step
 
 
 def model_runner(model: ModelSpec, rules: VllmRules, engine: str, quantization: str | None = None) -> str:
@@ -537,12 +560,18 @@ def _graph_bytes(model: ModelSpec, f: ResolvedFlags, modes: GraphModes, layers: 
 
 def _sampler_path(f: ResolvedFlags) -> str:
     """The profiled sampler's path. V0 sorts like V1's PyTorch path (vllm/model_executor/layers/sampler.py
-    _apply_top_k_top_p; FlashInfer only with VLLM_USE_FLASHINFER_SAMPLER=1). Model Runner V2 samples the
-    dummy rows without top-k/top-p (vllm/v1/worker/gpu/sample/sampler.py), from a float32 copy on 0.25 only."""
+    _apply_top_k_top_p; its FlashInfer opt-in is not modelled). Model Runner V2 samples the dummy rows without
+    top-k/top-p (vllm/v1/worker/gpu/sample/sampler.py), from a float32 copy on 0.25 only. V1 0.8+
+    (v1/sample/ops/topk_topp_sampler.py) takes FlashInfer where it is importable unless
+    VLLM_USE_FLASHINFER_SAMPLER=0, and from 0.11.1 only with VLLM_USE_FLASHINFER_SAMPLER=1; Unsloth sets it to 1."""
     if f.engine == "v0":
         return "sort"
     if f.runner == "v2":
         return "v2" if f.rules.v2_sampler_fp32 else "v2_in_place"
+    if f.flashinfer_sampler is False or not f.rules.sampler_warmup:
+        return f.rules.v1_sampler
+    if f.flashinfer_sampler:  # the user installed FlashInfer and opted in: 0.8's image FlashInfer takes probs
+        return "flashinfer_probs" if f.rules.image_sampler == "flashinfer_probs" else "flashinfer_logits"
     if f.install == "image" and f.rules.image_sampler is not None:
         return f.rules.image_sampler
     return f.rules.v1_sampler
@@ -651,9 +680,9 @@ def plan_vllm(
     lim = stages[limiting]
     layout = lim.layout
     num_blocks = lim.num_blocks
-    per_request = layout.blocks_per_request(f.max_model_len, f.max_num_batched_tokens)
+    per_request = layout.blocks_per_request(f.max_model_len, f.window_tokens_in_flight)
     tokens, concurrency = _tokens_and_concurrency(f, layout, num_blocks, per_request)
-    fit_len = estimate_max_model_len(layout, lim.available_kv_bytes, f.max_model_len, f.max_num_batched_tokens)
+    fit_len = estimate_max_model_len(layout, lim.available_kv_bytes, f.max_model_len, f.window_tokens_in_flight)
     warmup = _warmup(model, f, stages[-1], num_blocks, total, graphs) if f.engine == "v1" else None
     refusal = (_too_long(model, f, flags.allow_long_max_model_len) or _step_too_short(f)
                or _free_at_start(f, total, requested, stages)
@@ -857,9 +886,9 @@ def _startup_error(stages: list[StageKv], f: ResolvedFlags) -> Refusal | None:
             continue
         if s.available_kv_bytes <= 0:
             return _no_memory()
-        needed = s.layout.blocks_per_request(f.max_model_len, f.max_num_batched_tokens) * s.layout.bytes_per_block
+        needed = s.layout.blocks_per_request(f.max_model_len, f.window_tokens_in_flight) * s.layout.bytes_per_block
         if needed > s.available_kv_bytes:
-            fit = estimate_max_model_len(s.layout, s.available_kv_bytes, f.max_model_len, f.max_num_batched_tokens)
+            fit = estimate_max_model_len(s.layout, s.available_kv_bytes, f.max_model_len, f.window_tokens_in_flight)
             hint = f"Based on the available memory, the estimated maximum model length is {fit}. " if fit else ""
             return Refusal(
                 "one_request",

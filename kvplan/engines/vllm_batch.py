@@ -41,9 +41,10 @@ def _v1_defaults(rules: VllmRules, gpu: GpuSpec, usage: str) -> tuple[int, int]:
     name = _device_name(gpu)
     if rules.v1_batch_rule == "fixed":  # 0.6.4 - 0.6.6, V1 opt-in
         return (2048 if usage == "serve" else 8192), 1024
-    if rules.v1_batch_rule == "name":  # 0.7.0 - 0.8.4: by device name; seqs 1,024 everywhere
+    if rules.v1_batch_rule in ("name", "name_seqs"):  # 0.7.0 - 0.8.4: by device name
         big = "h100" in name or "h200" in name
-        return ((8192 if big else 2048) if usage == "serve" else (16384 if big else 8192)), 1024
+        seqs = 1024 if big or rules.v1_batch_rule == "name" else 256  # 0.8.4: 256 off H100/H200
+        return ((8192 if big else 2048) if usage == "serve" else (16384 if big else 8192)), seqs
     if rules.v1_batch_rule == "memory_tiers" and gpu.total_memory_bytes >= LARGEST_GPU_BYTES:
         return 16384, 1024
     big = gpu.total_memory_bytes >= BIG_GPU_BYTES

@@ -16,7 +16,7 @@ from kvplan.hardware.gpus import GpuSpec
 from kvplan.model.specs import ModelSpec
 
 FIT_GPUS = ("H100-80GB",)
-FIT_RELEASES = ((0, 19, 0),)
+FIT_RELEASES = ((0, 19),)  # minor lines
 # model_type of every fit-split log with a config in the bundled library.
 FIT_ARCHITECTURES = (
     "deepseek_v2", "gemma2", "gemma3", "gpt_oss", "granite", "llama", "llama4", "mixtral", "phi", "phi3",
@@ -50,9 +50,10 @@ def calibration_for(
 ) -> Calibration:
     """Whether this plan lies inside the checked range, what lies outside, and the error band to expect."""
     outside = []
+    fitted_release = parse_release(version)[:2] in FIT_RELEASES
     if gpu.key not in FIT_GPUS:
         outside.append(f"GPU {gpu.key}")
-    if rules.since not in FIT_RELEASES:
+    if not fitted_release:
         outside.append(f"vLLM {version}")
     elif engine != "v1":
         outside.append(f"vLLM {version} V0")
@@ -68,7 +69,7 @@ def calibration_for(
                 f"worst on {HOLDOUT_LOGS} held-out logs")
         if gpu.key not in FIT_GPUS:
             band += "; " + _group_band(gpu.key, HOLDOUT_BY_GPU.get(gpu.key))
-        if rules.since not in FIT_RELEASES:
+        if not fitted_release:
             major, minor_number, _ = parse_release(version)  # "current" is the newest release's minor
             minor = f"{major}.{minor_number}"
             band += "; " + _group_band(f"vLLM {minor}", HOLDOUT_BY_RELEASE.get(minor))

@@ -15,6 +15,7 @@ from kvplan.engines.vllm import (
     COMPILE_CACHES,
     INSTALLS,
     USAGES,
+    ResolvedFlags,
     VllmFlags,
     VllmReport,
     graphs_charged,
@@ -56,6 +57,7 @@ class VllmOptions:
     enable_chunked_prefill: bool | None = None  # None: the release's default (--no-enable-chunked-prefill: False)
     kv_cache_memory_bytes: int | None = None
     allow_long_max_model_len: bool = False  # the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
+    flashinfer_sampler: bool | None = None  # the env var VLLM_USE_FLASHINFER_SAMPLER (1/0); None: unset
     lora: LoraSlots | None = None  # --enable-lora: slots for --max-loras adapters of --max-lora-rank
     mamba_cache_dtype: str = "auto"  # --mamba-cache-dtype (Mamba / DeltaNet conv state)
     mamba_ssm_cache_dtype: str = "auto"  # --mamba-ssm-cache-dtype (their SSM / recurrent state)
@@ -164,6 +166,7 @@ def _flags(d: Deployment, o: VllmOptions) -> VllmFlags:
         enforce_eager=o.enforce_eager,
         compile_cache=o.compile_cache,
         allow_long_max_model_len=o.allow_long_max_model_len,
+        flashinfer_sampler=o.flashinfer_sampler,
         # Expert parallel spreads whole experts over the tp x dp ranks of the EP group (FusedMoE's EP).
         split=WeightSplit(
             expert_ranks=p.tp * p.dp if p.expert_parallel else None,
@@ -190,12 +193,12 @@ def _shared_prefix_blocks(report: VllmReport, prefix_tokens: int) -> int:
 def _other_install_kv(d: Deployment, given: VllmFlags, r: VllmReport) -> tuple[str, int] | None:
     """The other install and the KV memory it leaves, where the install changes the plan; None where it does not.
 
-    Before 0.12 the image's FlashInfer sampler keeps the profiled peak small and the wheel's PyTorch sort over
+    From 0.8 to 0.11.0 the image's FlashInfer sampler keeps the profiled peak small and the wheel's PyTorch sort over
     1,024 rows of logits does not (Qwen3-235B-A22B-FP8 at tp 4 on 0.9.2: 11.92 GiB of KV memory as the image,
     8.44 GiB as the wheel), and from 0.10.1 to 0.11 the install picks gpt-oss's mxfp4 kernels: where the user
     did not say how vLLM is installed, the output shows both figures."""
     f = r.flags
-    sampler = f.engine == "v1" and f.rules.image_sampler is not None
+    sampler = f.engine == "v1" and f.rules.image_sampler is not None and f.flashinfer_sampler is None
     mxfp4 = d.model.quant is not None and d.model.quant.method == "mxfp4" and f.rules.mxfp4 \
         and f.rules.mxfp4_triton != "vendored"
     if not (sampler or mxfp4):
@@ -205,6 +208,18 @@ def _other_install_kv(d: Deployment, given: VllmFlags, r: VllmReport) -> tuple[s
                     profile=d.profile, in_use_bytes=d.gpu_in_use_bytes)
     kv_bytes = alt.stages[alt.limiting_stage].available_kv_bytes
     return None if kv_bytes == r.stages[r.limiting_stage].available_kv_bytes else (other, kv_bytes)
+
+
+def _flashinfer_sampler_note(f: ResolvedFlags) -> str:
+    """What VLLM_USE_FLASHINFER_SAMPLER does to the profiled sampler in this release and engine."""
+    env = f"VLLM_USE_FLASHINFER_SAMPLER={int(bool(f.flashinfer_sampler))}"
+    if f.engine == "v0" or not f.rules.sampler_warmup:
+        return f"{env} is not modelled on vLLM {f.version}'s {f.engine.upper()} sampler: planned as PyTorch's sort"
+    if f.runner == "v2":
+        return f"{env} does not reach Model Runner V2's sampler, which samples without top-k/top-p"
+    return (f"{env}: the sampler runs FlashInfer's kernels (installed beside vLLM), a smaller peak than "
+            "PyTorch's sort" if f.flashinfer_sampler else
+            f"{env}: the sampler sorts with PyTorch, a larger peak than FlashInfer's kernels")
 
 
 def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) -> list[str]:
@@ -225,11 +240,15 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
     windows = [g for g in layout.groups if g.kind == "sliding_window"]
     if windows:
         w = windows[0].window_tokens
-        blocks = cdiv(min(w - 1 + f.max_num_batched_tokens, f.max_model_len), layout.block_size) + 1
+        blocks = cdiv(min(w - 1 + f.window_tokens_in_flight, f.max_model_len), layout.block_size) + 1
         out.append(
             f"a {w:,}-token sliding window reserves {blocks:,} blocks per request, not {cdiv(w, layout.block_size):,}: "
-            f"the {f.max_num_batched_tokens:,} tokens of one prefill step stay until it ends, and a window can "
-            "start mid-block"
+            + (f"the {f.max_num_batched_tokens:,} tokens of one prefill step stay until it ends"
+               if f.window_tokens_in_flight == f.max_num_batched_tokens else
+               f"the {f.window_tokens_in_flight:,} tokens of the steps in flight "
+               f"({f.window_tokens_in_flight // f.max_num_batched_tokens} x {f.max_num_batched_tokens:,}) stay until "
+               "they end")
+            + ", and a window can start mid-block"
         )
     if f.block_size and layout.block_size != f.block_size:
         out.append(
@@ -283,7 +302,9 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
         out.append(f"vLLM {f.version}'s {f.engine.upper()} engine charges all memory in use on the GPU, another "
                    "process's too: kvplan plans an otherwise idle GPU (--gpu-memory-in-use states what else "
                    "runs there)")
-    if f.engine == "v1" and f.rules.image_sampler is not None:
+    if f.flashinfer_sampler is not None:
+        out.append(_flashinfer_sampler_note(f))
+    elif f.engine == "v1" and f.rules.image_sampler is not None:
         out.append(f"vLLM {f.version} samples with FlashInfer only where it is installed: planned as the "
                    "vllm/vllm-openai image, which ships it (a pip-installed vllm sorts with PyTorch, a larger peak)"
                    if f.install == "image" else
@@ -393,7 +414,7 @@ class VllmEngine:
         r = plan_vllm(d.model, flags, d.gpu, checkpoint_bytes=d.weights.checkpoint_bytes, profile=d.profile,
                       in_use_bytes=d.gpu_in_use_bytes)
         stage = r.stages[r.limiting_stage]
-        batched = r.flags.max_num_batched_tokens
+        batched = r.flags.window_tokens_in_flight
         terms = _terms(d, r, stage.memory)
         if o.kv_cache_memory_bytes is not None:
             terms = [MemoryTerm("pinned", 0, f"--kv-cache-memory-bytes fixes the KV memory at "

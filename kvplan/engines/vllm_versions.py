@@ -112,6 +112,10 @@ class VllmRules:
     # benchmark runs each kernel on fresh random copies of its arguments, the embedding table among them
     # (vllm#54122, vllm#54383) [1.21].
     compile_clone: bool = False
+    # A sliding window (or attention chunk) reserves the tokens in flight beyond it: one step up to 0.25; from
+    # 0.26 every concurrent batch's (VllmConfig.max_in_flight_tokens = max_concurrent_batches x step: 2 with
+    # async scheduling on V1, pp + 1 on Model Runner V2) [1.9]
+    window_in_flight_batches: bool = False
 
     @property
     def release(self) -> str:
@@ -128,16 +132,20 @@ class VllmRules:
 
 def _changes() -> tuple[VllmRules, ...]:
     """The rule records, oldest first; each is the previous one with what that release changed."""
-    out = [VllmRules(OLDEST, "V0 engine; budget = total x util - (free at start - free after profiling)")]
+    out = [VllmRules(OLDEST, "V0 engine; budget = total x util - (free at start - free after profiling)",
+                     block_sizes=(8, 16, 32))]
 
     def change(since: Release, label: str, **fields: object) -> None:
         out.append(replace(out[-1], since=since, label=label, **fields))  # type: ignore[arg-type]
 
     change((0, 6, 3), "V0 logs 'Maximum concurrency ...'", concurrency_line=True)
-    change((0, 6, 4), "V0 charges torch's absolute peak and the CUDA context; V1 opt-in (VLLM_USE_V1=1)",
-           v0_budget="absolute", v1_available=True)
-    change((0, 6, 5), "V0 memory_profiling: weights + peak increase + non-torch increase; chunked 2,048",
-           v0_budget="snapshot", v0_chunked_tokens=2048)
+    # --block-size choices (engine/arg_utils.py, then config/cache.py BlockSize): [8, 16, 32] to 0.6.3 and again
+    # in 0.6.5, [8 .. 128] in 0.6.4 and from 0.6.6, 1 added in 0.8.5, 256 in 0.11.1, any size from 0.18.
+    change((0, 6, 4), "V0 charges torch's absolute peak and the CUDA context; V1 opt-in (VLLM_USE_V1=1); block "
+           "sizes to 128", v0_budget="absolute", v1_available=True, block_sizes=(8, 16, 32, 64, 128))
+    change((0, 6, 5), "V0 memory_profiling: weights + peak increase + non-torch increase; chunked 2,048; block "
+           "sizes to 32", v0_budget="snapshot", v0_chunked_tokens=2048, block_sizes=(8, 16, 32))
+    change((0, 6, 6), "block sizes to 128", block_sizes=(8, 16, 32, 64, 128))
     change((0, 7, 0), "V1 batch defaults by device name (h100/h200: 8,192 tokens)", v1_batch_rule="name")
     change((0, 7, 1), "MLA caches its latent", mla_latent=True)
     # 0.8-0.11 sample with FlashInfer whenever it is importable (vllm/v1/sample/ops/topk_topp_sampler.py). The
@@ -146,9 +154,11 @@ def _changes() -> tuple[VllmRules, ...]:
     # 0.8's image FlashInfer 0.2.1.post2 (a stored Dockerfile copy; below the 0.2.3 that 0.8 falls back on) uses
     # softmax probabilities; 0.9-0.11's newer one samples from the logits via top_k_mask_logits then softmax.
     change((0, 8, 0), "V1 is the default engine; sampler warm-up after the KV cache; FlashInfer in the image",
-           default_engine="v1", sampler_warmup=True, v1_sampler="sort", image_sampler="flashinfer_probs",
-           block_sizes=(1, 8, 16, 32, 64, 128))
-    change((0, 8, 5), "V1 batch defaults by memory (>= 70 GiB: 8,192 tokens, 1,024 seqs)", v1_batch_rule="memory")
+           default_engine="v1", sampler_warmup=True, v1_sampler="sort", image_sampler="flashinfer_probs")
+    # 0.8.4's _set_default_args_v1: 1,024 sequences for H100/H200 only, 256 elsewhere (1,024 everywhere before).
+    change((0, 8, 4), "V1 batch defaults by device name, sequences too (others: 256)", v1_batch_rule="name_seqs")
+    change((0, 8, 5), "V1 batch defaults by memory (>= 70 GiB: 8,192 tokens, 1,024 seqs); block size 1",
+           v1_batch_rule="memory", block_sizes=(1, 8, 16, 32, 64, 128))
     change((0, 9, 0), "A100s get the small-GPU batch defaults; the image's FlashInfer samples from logits",
            v1_batch_rule="memory_not_a100", image_sampler="flashinfer_logits")
     # 0.9.1's call_hf_processor (vllm/inputs/registry.py) casts every floating processor output to the model
@@ -160,19 +170,21 @@ def _changes() -> tuple[VllmRules, ...]:
            kv_cache_dtypes=("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"))
     change((0, 10, 1), "gpt-oss mxfp4 MoE; --mamba-cache-dtype, --mamba-ssm-cache-dtype", mxfp4=True,
            mamba_dtype_options=True)
-    change((0, 10, 2), "capture sizes step 16 above 256; --kv-cache-memory-bytes; torch 2.8 (mxfp4 Triton where "
-           "triton_kernels is installed)", capture_rule="v1_2seqs_16", kv_cache_memory_option=True,
-           mxfp4_triton="package")
-    change((0, 11, 0), "V1 only; FULL_AND_PIECEWISE CUDA graphs; the worker's snapshot after the communicators",
-           v0_available=False, full_graphs=True, snapshot_after_comms=True)
+    change((0, 10, 2), "--kv-cache-memory-bytes; torch 2.8 (mxfp4 Triton where triton_kernels is installed)",
+           kv_cache_memory_option=True, mxfp4_triton="package")
+    change((0, 11, 0), "V1 only; FULL_AND_PIECEWISE CUDA graphs; the worker's snapshot after the communicators; "
+           "bfloat16 KV", v0_available=False, full_graphs=True, snapshot_after_comms=True,
+           kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"))
+    # 0.11.1: VLLM_USE_FLASHINFER_SAMPLER defaults to None and topk_topp_sampler.py takes FlashInfer only "if
+    # envs.VLLM_USE_FLASHINFER_SAMPLER" ("Users must opt in explicitly"); 0.11.0 still took it "is not False".
     change((0, 11, 1), "defaulted tokens capped at seqs x len, seqs at tokens; V1 chunked prefill can be "
-           "turned off; torch 2.9: a cold compile benchmarks combo kernels on copies of their arguments",
-           batch_caps=True, v1_chunked_optional=True, compile_clone=True)
-    change((0, 12, 0), "FlashInfer sampler opt-in (PyTorch sort in the image too); block size 256; bfloat16 KV; "
-           "no LoRA extra vocabulary; FlashInfer and triton_kernels in every install", image_sampler=None,
-           lora_extra_vocab=0, block_sizes=(1, 8, 16, 32, 64, 128, 256), mxfp4_triton="vendored",
-           flashinfer_dependency=True,
+           "turned off; torch 2.9: a cold compile benchmarks combo kernels on copies of their arguments; capture "
+           "sizes step 16 above 256; FlashInfer sampler opt-in (PyTorch sort in the image too); block size 256",
+           batch_caps=True, v1_chunked_optional=True, compile_clone=True, capture_rule="v1_2seqs_16",
+           image_sampler=None, block_sizes=(1, 8, 16, 32, 64, 128, 256),
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"))
+    change((0, 12, 0), "no LoRA extra vocabulary; FlashInfer and triton_kernels in every install",
+           lora_extra_vocab=0, mxfp4_triton="vendored", flashinfer_dependency=True)
     change((0, 13, 0), "Nemotron-H's SSM state: the config's mamba_ssm_cache_dtype, else float16",
            nemotron_ssm_default="float16")
     change((0, 14, 0), "requested = ceil(total x util); the fused-MoE workspace is kept between steps; the "
@@ -183,9 +195,8 @@ def _changes() -> tuple[VllmRules, ...]:
     # counts 2 state pages a request in "align" mode, cdiv(max_model_len, block) in "all" (1 with it off).
     change((0, 15, 0), "prefix caching on a hybrid: mamba_cache_mode align/all", mamba_cache_modes=True)
     change((0, 17, 0), "Triton top-k/top-p sampler", v1_sampler="triton")
-    change((0, 18, 0), "CUDA-graph memory profiled before the KV cache (not subtracted); any block size",
-           cudagraphs_profiled=True, block_sizes=None)
-    change((0, 19, 0), "float16 KV spelling",
+    change((0, 18, 0), "CUDA-graph memory profiled before the KV cache (not subtracted); any block size; float16 "
+           "KV spelling", cudagraphs_profiled=True, block_sizes=None,
            kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc",
                             "fp8_ds_mla"))
     # vllm#38270 (merged 2026-03) made resolve_cudagraph_mode_and_sizes raise where it had capped the capture
@@ -214,8 +225,8 @@ def _changes() -> tuple[VllmRules, ...]:
     # vllm#50780 (open): the estimator is unchanged from 0.23, but from 0.26.0 the GDN decode-with-context path
     # its FULL warm-up runs leaves a transient that grows with max_num_batched_tokens (op not pinned upstream).
     change((0, 26, 0), "a gated-DeltaNet hybrid's CUDA-graph estimate holds a profiling transient (not modelled); "
-           "V2's profiled sampler keeps the logits in their own dtype", gdn_graph_transient=True,
-           v2_sampler_fp32=False)
+           "V2's profiled sampler keeps the logits in their own dtype; windows reserve every in-flight batch",
+           gdn_graph_transient=True, v2_sampler_fp32=False, window_in_flight_batches=True)
     change((0, 27, 0), "non-KV memory = drop in free memory + transient peak (same terms)", v1_budget="consumed")
     change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line; "
            "no bitsandbytes; 16,384 tokens and 1,024 sequences on GPUs of 160 GiB and more",
