@@ -168,6 +168,8 @@ CHANGES = [
     ("0.28.0", "0.29.0", "v2_runner", "dense", "all"),
     ("0.28.0", "0.29.0", "v2_cudagraphs_profiled", False, True),
     ("0.28.0", "0.29.0", "v2_sharded_sampling", False, True),
+    # v1/worker/gpu_worker.py init_device: "Create the handles now, before the snapshot" at 0.33.0, not at 0.32.0.
+    ("0.32.0", "0.33.0", "cublas_before_snapshot", False, True),
     ("0.27.1", "0.28.0", "blackwell_1024", False, True),
     ("0.27.1", "0.28.0", "combined_kv_line", False, True),
     # mxfp4's Triton backend on Hopper: 0.10.1 asks for torch >= 2.8 (it pins 2.7.1); 0.10.2-0.11 for the
@@ -550,3 +552,15 @@ def test_flashinfer_sampler_moves_the_peak_and_says_so(runner):
     assert opted_kv - default_kv == 788_004_864
     assert any("VLLM_USE_FLASHINFER_SAMPLER=1" in n for n in opted_notes)
     assert not any("VLLM_USE_FLASHINFER_SAMPLER" in n for n in default_notes)
+
+
+def test_cublas_handles_join_the_baseline_from_0_33_on_hopper():
+    # 0.33 creates its cuBLAS handles before the worker's snapshot: on an H100 the measured handle (H200: 718,077,952
+    # - 552,402,944 = 165,675,008 B outside torch after one bf16 product) leaves the charged growth, so the KV
+    # memory grows by exactly that; on an L4 (Ada, not measured) nothing moves.
+    def kv(version: str, gpu: str) -> int:
+        return plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version=version), find_gpu(gpu)) \
+            .first_rank_available_kv_bytes
+
+    assert kv("0.33.0", "H100") - kv("0.32.0", "H100") == 165_675_008
+    assert kv("0.33.0", "L4") == kv("0.32.0", "L4")

@@ -46,16 +46,17 @@ def test_plain_gqa_blocks_of_prompt_plus_answer():
 
 def test_the_issue_claim_2000_plus_500_on_8k_is_3_3x_not_3_5x():
     # The issue says "about 3.5x more requests than at the worst case". On an H100 with vLLM's own budget
-    # (28,238 usable blocks for Llama-3.1-8B at 8,192 tokens on the current release's Model Runner V2, with a cold
-    # compile cache and V2's sampler state), the worst case holds 28,238 // 512 = 55 requests and 2,500-token
-    # requests cdiv(2,500, 16) = 157 blocks each: 28,238 // 157 = 179: 179 / 55 = 3.25x. The per-request ratio
+    # (28,317 usable blocks for Llama-3.1-8B at 8,192 tokens on the current release's Model Runner V2, with a cold
+    # compile cache, V2's sampler state and 0.33's cuBLAS handles in the baseline), the worst case holds
+    # 28,317 // 512 = 55 requests and 2,500-token requests cdiv(2,500, 16) = 157 blocks each: 28,317 // 157 = 180:
+    # 180 / 55 = 3.27x. The per-request ratio
     # is 512 / 157 = 3.26; "3.5x" holds only for the mean length mid-answer (2,250 tokens: 141 blocks), which
     # would let resident requests be preempted.
     v = _plan(LLAMA, MEANS, engine=VllmOptions())
     usable = v.pools[0].pool.budget_units
-    assert usable == 28238
-    assert v.max_requests == usable // 512 == 55 and v.workload.requests == usable // 157 == 179
-    assert 3.25 < v.workload.requests / v.max_requests < 3.26
+    assert usable == 28317
+    assert v.max_requests == usable // 512 == 55 and v.workload.requests == usable // 157 == 180
+    assert 3.27 < v.workload.requests / v.max_requests < 3.28
 
 
 def test_sliding_window_keeps_window_plus_a_step_and_a_block():
@@ -164,12 +165,12 @@ def test_cli_reports_workload_concurrency_beside_the_engine_figure(runner):
     data = run_json(runner, "estimate", LLAMA, "--seq", "8192", "--gpu", "H100", "--input-len", "2000",
                     "--output-len", "500")
     gpu = data["gpus"][0]
-    assert gpu["workload_concurrency"] == 179 and gpu["max_requests"] == 55
+    assert gpu["workload_concurrency"] == 180 and gpu["max_requests"] == 55
     assert gpu["workload"]["engine_prints"] == "max_concurrency"
     human = run_cli(runner, "estimate", LLAMA, "--seq", "8192", "--gpu", "H100", "--input-len", "2000",
                     "--output-len", "500")
     words = " ".join(human.stdout.split())
-    assert "real requests 179 at once at 2,000 + 500 tokens" in words and "prints only the max-model-len one" in words
+    assert "real requests 180 at once at 2,000 + 500 tokens" in words and "prints only the max-model-len one" in words
 
 
 def test_cli_without_lengths_keeps_the_json_as_it_was(runner):

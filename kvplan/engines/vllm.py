@@ -29,6 +29,7 @@ from kvplan.engines.vllm_memory import (
     StageMemory,
     WeightSplit,
     activation_peak_bytes,
+    cublas_in_baseline,
     non_torch_for,
     num_experts,
     stage_memory,
@@ -620,6 +621,8 @@ def plan_vllm(
     rules = f.rules
     total = gpu.total_memory_bytes
     non_torch = replace(non_torch_for(gpu.key, f.tp, f.pp), other_bytes=in_use_bytes)
+    if f.engine == "v1" and rules.cublas_before_snapshot:
+        non_torch = cublas_in_baseline(non_torch, gpu.key)
     charge_context = rules.charges_context(f.engine)
     dtype_bytes = weight_dtype_bytes(f.dtype)
     if f.engine == "v0":

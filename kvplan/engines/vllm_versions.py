@@ -116,6 +116,10 @@ class VllmRules:
     # 0.26 every concurrent batch's (VllmConfig.max_in_flight_tokens = max_concurrent_batches x step: 2 with
     # async scheduling on V1, pp + 1 on Model Runner V2) [1.9]
     window_in_flight_batches: bool = False
+    # The worker creates its cuBLAS / cuBLASLt handles (a 16 x 16 mm and a linear with bias) before its memory
+    # snapshot, so they join the baseline instead of the profiled growth (v1/worker/gpu_worker.py init_device,
+    # 0.33.0; absent at 0.32.0) [1.7].
+    cublas_before_snapshot: bool = False
 
     @property
     def release(self) -> str:
@@ -233,6 +237,7 @@ def _changes() -> tuple[VllmRules, ...]:
            blackwell_1024=True, combined_kv_line=True, bitsandbytes=False, v1_batch_rule="memory_tiers")
     change((0, 29, 0), "Model Runner V2 for every model; it estimates CUDA graphs; batch-sharded sampling",
            v2_runner="all", v2_cudagraphs_profiled=True, v2_sharded_sampling=True)
+    change((0, 33, 0), "cuBLAS handles created before the worker's snapshot", cublas_before_snapshot=True)
     return tuple(out)
 
 
