@@ -620,6 +620,39 @@ def _collection(logs: Path) -> str:
     return f" at commit {done.stdout.strip()}" if done.returncode == 0 and done.stdout.strip() else ""
 
 
+def cases_of(results: list[Result], skipped: list[Case]) -> list[Case]:
+    return [r.case for r in results] + skipped
+
+
+def _engine_choice(cases: list[Case]) -> list[str]:
+    """vLLM 0.8-0.10 logs that name their engine ("Initializing a V0/V1 LLM engine") against the engine kvplan
+    picks with VLLM_USE_V1 unset (kvplan.engines.vllm_fallback): a check of the V1 oracle as read from source.
+    A log whose user set VLLM_USE_V1 shows the engine asked for, not the oracle's, and is left out."""
+    rows, agree, total = [], 0, 0
+    for c in cases:
+        if c.flags is None or c.model is None or c.gpu is None or c.flags.use_v1 is None:
+            continue
+        if "VLLM_USE_V1" in _raw(c.row) or not (0, 8, 0) <= parse_release(c.flags.version) < (0, 11, 0):
+            continue
+        logged = "v1" if c.flags.use_v1 else "v0"
+        total += 1
+        try:
+            picked = resolve_flags(c.model, replace(c.flags, use_v1=None), c.gpu)
+        except KvplanError as exc:
+            rows.append(f"| {c.row['id']} | {c.flags.version} | {c.gpu_key} | {logged} | refused: {exc} |")
+            continue
+        agree += picked.engine == logged
+        if picked.engine != logged or picked.v0_fallback:
+            why = f" ({picked.v0_fallback})" if picked.v0_fallback else ""
+            rows.append(f"| {c.row['id']} | {c.flags.version} | {c.gpu_key} | {logged} | {picked.engine}{why} |")
+    return [
+        "## Engine chosen (vLLM 0.8-0.10, VLLM_USE_V1 unset)", "",
+        f"The engine each log names against the one kvplan picks from the release's V1 oracle: {agree} of {total} "
+        "agree. Listed: every log sent to V0 by a setting, and every disagreement.", "",
+        "| log | release | GPU | logged | kvplan |", "|---|---|---|---|---|", *rows, "",
+    ]
+
+
 def report(results: list[Result], skipped: list[Case], logs: Path) -> str:
     s = summary(results)
     lines = [
@@ -639,6 +672,7 @@ def report(results: list[Result], skipped: list[Case], logs: Path) -> str:
     lines += _table("By release", results, lambda r: f"{r.case.minor} ({r.b.flags.engine})")
     lines += _table("By outcome", results, lambda r: r.case.outcome)
     lines += _per_log(results)
+    lines += _engine_choice(cases_of(results, skipped))
     lines += ["## Not evaluated", "", "| split | log | model | reason |", "|---|---|---|---|"]
     for c in skipped:
         lines.append(f"| {c.split} | {c.row['id']} | {c.row.get('model')} | {c.skip} |")

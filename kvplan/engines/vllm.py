@@ -19,6 +19,7 @@ from kvplan.capacity.kv import pp_stage_layers
 from kvplan.engines.base import Refusal
 from kvplan.engines.vllm_batch import batch_shape
 from kvplan.engines.vllm_encoder import encoder_profile, v0_encoder_profile
+from kvplan.engines.vllm_fallback import Fallback, v1_fallback
 from kvplan.engines.vllm_graphs import GraphModes, capture_sizes, graph_bytes
 from kvplan.engines.vllm_kv import KvCacheLayout, VllmLayerSpec, kv_cache_layout, vllm_layer_spec
 from kvplan.engines.vllm_log import log_lines
@@ -37,7 +38,7 @@ from kvplan.engines.vllm_memory import (
 )
 from kvplan.engines.vllm_mxfp4 import Mxfp4Backend, release_backend
 from kvplan.engines.vllm_profile import ProfileUse, apply_profile
-from kvplan.engines.vllm_versions import VllmRules, engine_for, rules_for
+from kvplan.engines.vllm_versions import VllmRules, engine_for, parse_release, rules_for
 from kvplan.errors import FieldError, InputError
 from kvplan.hardware.gpus import GpuSpec
 from kvplan.model.dtypes import KvDtype, normalize_weight_dtype, resolve_kv_dtype, serving_dtype, weight_dtype_bytes
@@ -179,6 +180,7 @@ class ResolvedFlags:
     # --enforce-eager: "Enforce eager set, disabling torch.compile and CUDAGraphs")
     compile_cache: str = "none"
     flashinfer_sampler: bool | None = None  # VLLM_USE_FLASHINFER_SAMPLER as given (None: unset)
+    v0_fallback: str | None = None  # the setting that sent a V1-default release (0.8-0.10) to V0 (vllm_fallback)
     in_flight_tokens: int = 0  # tokens a sliding window or chunk reserves beyond itself (in_flight_tokens)
 
     @property
@@ -365,6 +367,12 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
     if max_len is None:
         raise InputError(f"{model.name} states no max_position_embeddings; pass --max-model-len")
     dtype = serving_dtype(model.config_dtype) if flags.dtype == "auto" else normalize_weight_dtype(flags.dtype)
+    fallback = _v1_fallback(model, flags, gpu, dtype) if engine == "v1" else None
+    if fallback is not None and flags.use_v1 is None:
+        engine = "v0"
+    elif fallback is not None and fallback.raises:
+        raise FieldError("engine.use_v1", f"vLLM {flags.version}: VLLM_USE_V1=1 is not supported with "
+                         f"{fallback.feature} (unset it: vLLM falls back to V0)", True)
     shape = batch_shape(
         rules, engine, gpu, max_model_len=max_len, max_num_batched_tokens=flags.max_num_batched_tokens,
         max_num_seqs=flags.max_num_seqs, chunked_prefill_capable=_chunked_prefill_capable(model, rules),
@@ -398,7 +406,18 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         runner=runner,
         compile_cache="none" if engine == "v0" or flags.enforce_eager else flags.compile_cache,
         flashinfer_sampler=flags.flashinfer_sampler,
+        v0_fallback=fallback.feature if fallback is not None and engine == "v0" else None,
         in_flight_tokens=in_flight_tokens(rules, engine, runner, flags, shape.max_num_batched_tokens),
+    )
+
+
+def _v1_fallback(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec, dtype: str) -> Fallback | None:
+    quant = model.quant.method if model.quant is not None else flags.quantization or ""
+    return v1_fallback(
+        model, gpu, parse_release(flags.version), kv_cache_dtype=flags.kv_cache_dtype, dtype=dtype,
+        pp=flags.pipeline_parallel_size, cpu_offload=flags.split.cpu_offload_bytes > 0,
+        bitsandbytes=quant.startswith("bitsandbytes"), lora=flags.lora is not None,
+        speculative=flags.speculative_method is not None,
     )
 
 

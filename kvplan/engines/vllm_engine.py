@@ -302,6 +302,9 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
         out.append(f"vLLM {f.version}'s {f.engine.upper()} engine charges all memory in use on the GPU, another "
                    "process's too: kvplan plans an otherwise idle GPU (--gpu-memory-in-use states what else "
                    "runs there)")
+    if f.v0_fallback is not None:
+        out.append(f"vLLM {f.version} does not run {f.v0_fallback} on its V1 engine and falls back to V0: "
+                   "planned as V0 (VLLM_USE_V1 unset)")
     if f.flashinfer_sampler is not None:
         out.append(_flashinfer_sampler_note(f))
     elif f.engine == "v1" and f.rules.image_sampler is not None:
