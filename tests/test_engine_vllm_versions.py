@@ -109,6 +109,8 @@ CHANGES = [
     # None and the sampler takes FlashInfer only when it is set.
     ("0.11.0", "0.11.1", "capture_rule", "v1_2seqs", "v1_2seqs_16"),
     ("0.11.0", "0.11.1", "image_sampler", "flashinfer_logits", None),
+    # CompilationConfig.cudagraph_specialize_lora (default True) and the dispatcher's lora_cases appear at 0.11.1.
+    ("0.11.0", "0.11.1", "lora_graph_cases", False, True),
     # CacheConfig.mamba_cache_dtype / mamba_ssm_cache_dtype and their flags: absent from arg_utils.py at 0.10.0.
     ("0.10.0", "0.10.1", "mamba_dtype_options", False, True),
     ("0.10.1", "0.10.2", "kv_cache_memory_option", False, True),
@@ -564,3 +566,21 @@ def test_cublas_handles_join_the_baseline_from_0_33_on_hopper():
 
     assert kv("0.33.0", "H100") - kv("0.32.0", "H100") == 165_675_008
     assert kv("0.33.0", "L4") == kv("0.32.0", "L4")
+
+
+def test_lora_captures_every_graph_twice_from_0_11_1():
+    # Llama-3.1-8B on an H100 (1,024 sequences: 51 piecewise + 51 full sizes up to 512). From 0.11.1 LoRA captures
+    # each size with no adapter and with max_loras + 1 active, into the same pool: 102 more graphs of
+    # PER_GRAPH_BYTES + 32 layers x PER_GRAPH_LAYER_BYTES = 4,900,558 + 32 x 85,040 = 7,621,838 B each,
+    # 777,427,476 B in all; 0.11.0 captures once.
+    from kvplan.engines.vllm_graphs import PER_GRAPH_BYTES, PER_GRAPH_LAYER_BYTES
+    from kvplan.engines.vllm_lora import LoraSlots
+
+    def graphs(version: str, lora: LoraSlots | None):
+        return plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version=version, lora=lora), H100)
+
+    assert PER_GRAPH_BYTES + 32 * PER_GRAPH_LAYER_BYTES == 7_621_838
+    with_lora, plain = graphs("0.20.0", LoraSlots()), graphs("0.20.0", None)
+    assert (with_lora.graphs.count, plain.graphs.count) == (204, 102)
+    assert with_lora.cudagraph_bytes - plain.cudagraph_bytes == 102 * 7_621_838 == 777_427_476
+    assert graphs("0.11.0", LoraSlots()).graphs.count == graphs("0.11.0", None).graphs.count

@@ -300,7 +300,8 @@ class VllmReport:
             "cudagraphs_subtracted": graphs_charged(f),
             "model_runner": f.runner,
             "compile_cache": f.compile_cache,
-            "cudagraph_sizes": {"piecewise": len(self.graphs.piecewise), "full": len(self.graphs.full)},
+            "cudagraph_sizes": {"piecewise": len(self.graphs.piecewise), "full": len(self.graphs.full),
+                                "lora_cases": self.graphs.lora_cases},
             "stages": [
                 {
                     "stage": s.memory.stage,
@@ -679,7 +680,8 @@ def plan_vllm(
     )
     stage_layers = pp_stage_layers(model.num_layers, f.pp)
     modes = capture_sizes(rules, f.engine, gpu, max_num_seqs=f.max_num_seqs,
-                          max_num_batched_tokens=f.max_num_batched_tokens, enforce_eager=flags.enforce_eager)
+                          max_num_batched_tokens=f.max_num_batched_tokens, enforce_eager=flags.enforce_eager,
+                          lora=f.lora is not None)
     graphs = _graph_bytes(model, f, modes, max(len(s) for s in stage_layers))
     used: ProfileUse | None = None
     if profile is not None:

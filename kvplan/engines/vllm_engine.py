@@ -373,7 +373,8 @@ def _terms(d: Deployment, r: VllmReport, m: StageMemory) -> list[MemoryTerm]:
         terms.append(MemoryTerm("sampler_state", m.sampler_state_bytes,
                                 f"Model Runner V2's penalty counts and token masks ({f.max_num_seqs:,} requests)"))
     if graphs_charged(f) and r.cudagraph_bytes:
-        sizes = f"{len(r.graphs.piecewise)} piecewise + {len(r.graphs.full)} full graphs"
+        sizes = f"{len(r.graphs.piecewise)} piecewise + {len(r.graphs.full)} full graphs" + (
+            f" x {r.graphs.lora_cases} LoRA cases" if r.graphs.lora_cases > 1 else "")
         terms.append(MemoryTerm("cuda_graphs", r.cudagraph_bytes, mark("CUDA graphs", f"CUDA graphs ({sizes})")))
     return terms
 

@@ -39,10 +39,13 @@ class GraphModes:
 
     piecewise: tuple[int, ...]
     full: tuple[int, ...] = ()
+    # Captures of each size: 2 with LoRA from 0.11.1 (cudagraph_specialize_lora, on by default: one graph with
+    # no adapter active and one with max_loras + 1), into the same pool.
+    lora_cases: int = 1
 
     @property
     def count(self) -> int:
-        return len(self.piecewise) + len(self.full)
+        return (len(self.piecewise) + len(self.full)) * self.lora_cases
 
     @property
     def largest_total(self) -> int:
@@ -58,15 +61,15 @@ def _v1_sizes(rules: VllmRules, gpu: GpuSpec, max_num_seqs: int) -> list[int]:
         return [1, 2, 4, *range(8, 513, 8)]
     ceiling = 1024 if rules.blackwell_1024 and gpu.key.upper().startswith(_BLACKWELL_KEYS) else 512
     top = min(max_num_seqs * 2, ceiling)
-    if rules.capture_rule == "v1_2seqs":  # 0.10.0 - 0.10.1: every 8 up to min(2 x seqs, 512)
+    if rules.capture_rule == "v1_2seqs":  # 0.10.0 - 0.11.0: every 8 up to min(2 x seqs, 512)
         return [s for s in [1, 2, 4, *range(8, top + 1, 8)] if s <= top]
-    # 0.10.2+: every 8 below 256, then every 16 (1,024 seqs -> 512 -> 51 sizes)
+    # 0.11.1+: every 8 below 256, then every 16 (1,024 seqs -> 512 -> 51 sizes)
     return [s for s in [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)] if s <= top]
 
 
 def capture_sizes(
     rules: VllmRules, engine: str, gpu: GpuSpec, *, max_num_seqs: int, max_num_batched_tokens: int,
-    enforce_eager: bool = False,
+    enforce_eager: bool = False, lora: bool = False,
 ) -> GraphModes:
     """The sizes vLLM captures. V0: decode batches [1, 2, 4, 8, 16, ...] up to max_num_seqs rounded up to 8
     (256 -> 35 graphs). V1: piecewise graphs up to the step; from 0.11 a FULL decode set beside them, up to
@@ -78,7 +81,7 @@ def capture_sizes(
         return GraphModes(tuple(s for s in [1, 2, 4, *range(8, 257, 8)] if s <= top))
     sizes = [s for s in _v1_sizes(rules, gpu, max_num_seqs) if s <= max_num_batched_tokens]
     full = tuple(s for s in sizes if s <= max_num_seqs) if rules.full_graphs else ()
-    return GraphModes(tuple(sizes), full)
+    return GraphModes(tuple(sizes), full, lora_cases=2 if lora and rules.lora_graph_cases else 1)
 
 
 def graph_bytes(

@@ -120,6 +120,9 @@ class VllmRules:
     # snapshot, so they join the baseline instead of the profiled growth (v1/worker/gpu_worker.py init_device,
     # 0.33.0; absent at 0.32.0) [1.7].
     cublas_before_snapshot: bool = False
+    # With LoRA every CUDA-graph size is captured twice, with no adapter active and with max_loras + 1
+    # (CompilationConfig.cudagraph_specialize_lora = True; v1/cudagraph_dispatcher.py lora_cases, 0.11.1+) [1.6].
+    lora_graph_cases: bool = False
 
     @property
     def release(self) -> str:
@@ -183,9 +186,10 @@ def _changes() -> tuple[VllmRules, ...]:
     # envs.VLLM_USE_FLASHINFER_SAMPLER" ("Users must opt in explicitly"); 0.11.0 still took it "is not False".
     change((0, 11, 1), "defaulted tokens capped at seqs x len, seqs at tokens; V1 chunked prefill can be "
            "turned off; torch 2.9: a cold compile benchmarks combo kernels on copies of their arguments; capture "
-           "sizes step 16 above 256; FlashInfer sampler opt-in (PyTorch sort in the image too); block size 256",
+           "sizes step 16 above 256; FlashInfer sampler opt-in (PyTorch sort in the image too); block size 256; "
+           "LoRA graphs captured twice",
            batch_caps=True, v1_chunked_optional=True, compile_clone=True, capture_rule="v1_2seqs_16",
-           image_sampler=None, block_sizes=(1, 8, 16, 32, 64, 128, 256),
+           image_sampler=None, block_sizes=(1, 8, 16, 32, 64, 128, 256), lora_graph_cases=True,
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"))
     change((0, 12, 0), "no LoRA extra vocabulary; FlashInfer and triton_kernels in every install",
            lora_extra_vocab=0, mxfp4_triton="vendored", flashinfer_dependency=True)
