@@ -132,7 +132,8 @@ def estimate(
     no_chunked_prefill: opt.NoChunkedPrefill = False,
     kv_cache_memory: opt.KvCacheMemory = None,
     allow_long: opt.AllowLong = None,
-    flashinfer_sampler: opt.FlashinferSampler = None,
+    flashinfer_sampler: opt.FlashinferSampler = False,
+    no_flashinfer_sampler: opt.NoFlashinferSampler = False,
     mamba_cache_dtype: opt.MambaCacheDtype = None,
     mamba_ssm_cache_dtype: opt.MambaSsmCacheDtype = None,
     speculative_config: opt.SpeculativeConfig = None,
@@ -170,7 +171,11 @@ def estimate(
     if enable_chunked_prefill and no_chunked_prefill:
         raise InputError("--enable-chunked-prefill and --no-enable-chunked-prefill contradict: give one")
     chunked = True if enable_chunked_prefill else False if no_chunked_prefill else None
-    flags = dict(locals(), enable_prefix_caching=prefix_caching, enable_chunked_prefill=chunked)
+    if flashinfer_sampler and no_flashinfer_sampler:
+        raise InputError("--flashinfer-sampler and --no-flashinfer-sampler contradict: give one")
+    sampler = True if flashinfer_sampler else False if no_flashinfer_sampler else None
+    flags = dict(locals(), enable_prefix_caching=prefix_caching, enable_chunked_prefill=chunked,
+                 flashinfer_sampler=sampler)
     given = [
         name for name, value in (
             ("--vllm-version", vllm_version), ("--vllm-install", vllm_install), ("--compile-cache", compile_cache),
@@ -179,7 +184,7 @@ def estimate(
             ("--max-num-batched-tokens", max_num_batched_tokens), ("--enable-prefix-caching", prefix_caching),
             ("--enable-chunked-prefill", chunked),
             ("--kv-cache-memory-bytes", kv_cache_memory), ("--allow-long-max-model-len", allow_long),
-            ("--flashinfer-sampler", flashinfer_sampler),
+            ("--flashinfer-sampler", sampler),
             ("--mamba-cache-dtype", mamba_cache_dtype), ("--mamba-ssm-cache-dtype", mamba_ssm_cache_dtype),
             ("--speculative-config", speculative_config),
             ("--enable-lora", enable_lora), ("--max-loras", max_loras), ("--max-lora-rank", max_lora_rank),

@@ -209,12 +209,12 @@ AllowLong = Annotated[
     ),
 ]
 FlashinferSampler = Annotated[
-    bool | None,
-    typer.Option(
-        "--flashinfer-sampler/--no-flashinfer-sampler",
-        help="vLLM's env VLLM_USE_FLASHINFER_SAMPLER=1 / =0 (unset by default): V1's sampler peak.",
-        rich_help_panel=VLLM,
-    ),
+    bool, typer.Option("--flashinfer-sampler", help="As VLLM_USE_FLASHINFER_SAMPLER=1: V1 samples with FlashInfer.",
+                       rich_help_panel=VLLM)
+]
+NoFlashinferSampler = Annotated[
+    bool, typer.Option("--no-flashinfer-sampler", help="As VLLM_USE_FLASHINFER_SAMPLER=0: V1 sorts with PyTorch.",
+                       rich_help_panel=VLLM)
 ]
 MambaCacheDtype = Annotated[
     str | None,
