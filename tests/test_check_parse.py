@@ -432,9 +432,11 @@ def test_an_mtp_speculative_config_is_read_and_other_methods_stay_ignored(tmp_pa
     assert "speculative-config" not in _ignored_flags(mtp) and "speculative-config" in _ignored_flags(eagle)
 
 
+@pytest.mark.parametrize(("name", "key"), [("VLLM_USE_FLASHINFER_SAMPLER", "flashinfer_sampler"),
+                                           ("VLLM_USE_V1", "use_v1")])
 @pytest.mark.parametrize(("value", "taken"), [("1", True), ("0", False), ("sometimes", None)])
-def test_the_flashinfer_sampler_env_is_read(tmp_path: Path, value: str, taken: bool | None) -> None:
-    # vllm/envs.py reads VLLM_USE_FLASHINFER_SAMPLER as bool(int(...)); a value that is not 0 or 1 is named.
+def test_vllm_env_switches_are_read(tmp_path: Path, name: str, key: str, value: str, taken: bool | None) -> None:
+    # vllm/envs.py reads both as bool(int(...)); a value that is not 0 or 1 is named.
     path = tmp_path / "d.yaml"
     path.write_text(f"""apiVersion: apps/v1
 kind: Deployment
@@ -446,9 +448,9 @@ spec:
         - name: vllm
           image: vllm/vllm-openai:v0.11.2
           args: [meta-llama/Llama-3.1-8B-Instruct, --max-model-len=4096]
-          env: [{{name: VLLM_USE_FLASHINFER_SAMPLER, value: "{value}"}}]
+          env: [{{name: {name}, value: "{value}"}}]
           resources: {{limits: {{nvidia.com/gpu: 1}}}}
 """)
     (r,) = one(path)
-    assert r.flashinfer_sampler is taken
-    assert ("flashinfer_sampler" in unresolved_fields(r)) is (taken is None)
+    assert getattr(r, key) is taken
+    assert (key in unresolved_fields(r)) is (taken is None)

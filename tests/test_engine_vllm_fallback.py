@@ -11,7 +11,7 @@ from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.errors import FieldError
 from kvplan.hardware.gpus import find_gpu
 from kvplan.sources.resolve import resolve_model
-from tests.conftest import run_json
+from tests.conftest import REPO, run_cli, run_json
 
 
 def _model(name: str):
@@ -71,3 +71,16 @@ def test_the_plan_says_it_fell_back(runner):
     data = run_json(runner, "estimate", "meta-llama/Llama-3.2-3B-Instruct", "--offline", "--gpu", "T4",
                     "--seq", "4096", "--vllm-version", "0.8.5")
     assert any("falls back to V0" in n and "Compute Capability < 8.0" in n for n in data["gpus"][0]["notes"])
+
+
+def test_check_names_vllm_use_v1_where_v1_refuses_the_deployment(runner, tmp_path):
+    # A T4 on the 0.9.2 image with VLLM_USE_V1=1: vLLM raises NotImplementedError (compute capability < 8.0), so
+    # check cannot evaluate it and says why; unset, the same deployment falls back to V0 and is planned.
+    manifest = (REPO / "tests" / "fixtures" / "deploy" / "t4-vllm-0.9.2-use-v1.yaml").read_text()
+    forced, unset = tmp_path / "forced.yaml", tmp_path / "unset.yaml"
+    forced.write_text(manifest)
+    unset.write_text(manifest.replace('          env: [{name: VLLM_USE_V1, value: "1"}]\n', ""))
+    refused = run_cli(runner, "check", str(forced), "--offline")
+    assert refused.exit_code == 2 and "VLLM_USE_V1=1 is not supported with" in " ".join(refused.stdout.split())
+    planned = run_cli(runner, "check", str(unset), "--offline")
+    assert planned.exit_code == 0 and "fits" in planned.stdout

@@ -322,7 +322,9 @@ def build_request(
         rank = whole("max_lora_rank") if "max_lora_rank" in names else None
         lora = (1 if loras is None else loras, 16 if rank is None else rank, _switch(parsed, "fully-sharded-loras"))
     allow_long = bool(env) and bool_word((env or {}).get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "")) == "true"
-    flashinfer_sampler = _flashinfer_sampler(env, out) if engine == "vllm" else None
+    flashinfer_sampler = _env_switch(env, "VLLM_USE_FLASHINFER_SAMPLER", "flashinfer_sampler", out) \
+        if engine == "vllm" else None
+    use_v1 = _env_switch(env, "VLLM_USE_V1", "use_v1", out) if engine == "vllm" else None
 
     gpu, gpu_source = hardware.gpu, hardware.gpu_source
     if gpu is not None:
@@ -385,6 +387,7 @@ def build_request(
         max_model_len_cap_tokens=cap,
         allow_long_max_model_len=allow_long,
         flashinfer_sampler=flashinfer_sampler,
+        use_v1=use_v1,
         lora_slots=lora,
         mamba_cache_dtype=_plain(text("mamba_cache_dtype"), "mamba_cache_dtype", names, site, out)
         if "mamba_cache_dtype" in names else None,
@@ -584,13 +587,13 @@ def apply_hardware(request: DeploymentRequest, *, gpu: str | None = None,
                    gpu_memory_bytes=memory, unresolved=tuple(unresolved), notes=tuple(dict.fromkeys(notes)))
 
 
-def _flashinfer_sampler(env: dict[str, str] | None, out: _Collect) -> bool | None:
-    """vLLM's env VLLM_USE_FLASHINFER_SAMPLER (read as bool(int(...)) in vllm/envs.py); None where unset."""
-    raw = (env or {}).get("VLLM_USE_FLASHINFER_SAMPLER")
+def _env_switch(env: dict[str, str] | None, name: str, key: str, out: _Collect) -> bool | None:
+    """A vLLM environment switch read as bool(int(...)) in vllm/envs.py (VLLM_USE_FLASHINFER_SAMPLER,
+    VLLM_USE_V1); None where unset, and named as unresolved where it is not 0 or 1."""
+    raw = (env or {}).get(name)
     if raw is None:
         return None
     word = bool_word(raw)
     if word is None:
-        out.unresolved.append(Unresolved("flashinfer_sampler", f"env VLLM_USE_FLASHINFER_SAMPLER is {raw!r}, not 0 "
-                                         "or 1", "set VLLM_USE_FLASHINFER_SAMPLER to 0 or 1"))
+        out.unresolved.append(Unresolved(key, f"env {name} is {raw!r}, not 0 or 1", f"set {name} to 0 or 1"))
     return None if word is None else word == "true"

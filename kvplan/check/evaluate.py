@@ -22,6 +22,7 @@ from kvplan.engines.sglang import SglangOptions
 from kvplan.engines.tgi import TgiOptions
 from kvplan.engines.vllm_engine import VllmOptions
 from kvplan.engines.vllm_lora import LoraSlots
+from kvplan.engines.vllm_versions import rules_for
 from kvplan.errors import KvplanError
 from kvplan.hardware.gpus import GpuSpec, custom_gpu, find_gpu
 from kvplan.planner.fixes import Fix, find_fixes
@@ -67,6 +68,8 @@ def _engine_options(req: DeploymentRequest, vllm_version: str) -> Any:
             kv_cache_memory_bytes=req.kv_cache_memory_bytes,
             allow_long_max_model_len=req.allow_long_max_model_len,
             flashinfer_sampler=req.flashinfer_sampler,
+            # VLLM_USE_V1 chooses the engine while a release has both (to 0.10.x); later ones have V1 only.
+            use_v1=req.use_v1 if rules_for(_vllm_version(req, vllm_version)).v0_available else None,
             lora=LoraSlots(*req.lora_slots) if req.lora_slots else None,
             mamba_cache_dtype=req.mamba_cache_dtype or "auto",
             mamba_ssm_cache_dtype=req.mamba_ssm_cache_dtype or "auto",
