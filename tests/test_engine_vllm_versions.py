@@ -167,6 +167,8 @@ CHANGES = [
     # v1/kv_cache_interface.py: SlidingWindowSpec / ChunkedLocalAttentionSpec size with max_in_flight_tokens
     # from 0.26.0 (max_num_batched_tokens before).
     ("0.25.1", "0.26.0", "window_in_flight_batches", False, True),
+    # gpu_worker.py: `not is_rocm()` (0.20), `is_cuda()` (0.21-0.25), `is_cuda_alike()` (0.26+) guard the estimate.
+    ("0.25.1", "0.26.0", "cudagraphs_rocm", False, True),
     ("0.28.0", "0.29.0", "v2_runner", "dense", "all"),
     ("0.28.0", "0.29.0", "v2_cudagraphs_profiled", False, True),
     ("0.28.0", "0.29.0", "v2_sharded_sampling", False, True),
@@ -584,3 +586,18 @@ def test_lora_captures_every_graph_twice_from_0_11_1():
     assert (with_lora.graphs.count, plain.graphs.count) == (204, 102)
     assert with_lora.cudagraph_bytes - plain.cudagraph_bytes == 102 * 7_621_838 == 777_427_476
     assert graphs("0.11.0", LoraSlots()).graphs.count == graphs("0.11.0", None).graphs.count
+
+
+def test_rocm_charges_the_graph_estimate_from_0_26():
+    # vLLM 0.20-0.25 skip profile_cudagraph_memory on ROCm, 0.26 takes it (is_cuda_alike). Qwen3-30B-A3B stays on
+    # the V1 runner through 0.28 (an MoE not on V2's list), so on an MI300X 0.26 plans exactly its graph bytes
+    # less KV memory than 0.25.1, while an H100 is charged on both.
+    moe, mi300x = _model("Qwen/Qwen3-30B-A3B"), find_gpu("MI300X")
+
+    def plan(version: str, gpu):
+        return plan_vllm(moe, VllmFlags(max_model_len=8192, version=version), gpu)
+
+    before, after = plan("0.25.1", mi300x), plan("0.26.0", mi300x)
+    assert (before.to_dict()["cudagraphs_subtracted"], after.to_dict()["cudagraphs_subtracted"]) == (False, True)
+    assert plan("0.25.1", H100).to_dict()["cudagraphs_subtracted"] is True
+    assert before.first_rank_available_kv_bytes - after.first_rank_available_kv_bytes == after.cudagraph_bytes > 0

@@ -180,6 +180,7 @@ class ResolvedFlags:
     # --enforce-eager: "Enforce eager set, disabling torch.compile and CUDAGraphs")
     compile_cache: str = "none"
     flashinfer_sampler: bool | None = None  # VLLM_USE_FLASHINFER_SAMPLER as given (None: unset)
+    rocm: bool = False  # an AMD GPU (the worker skips the CUDA-graph estimate on ROCm before 0.26)
     v0_fallback: str | None = None  # the setting that sent a V1-default release (0.8-0.10) to V0 (vllm_fallback)
     in_flight_tokens: int = 0  # tokens a sliding window or chunk reserves beyond itself (in_flight_tokens)
 
@@ -407,6 +408,7 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         runner=runner,
         compile_cache="none" if engine == "v0" or flags.enforce_eager else flags.compile_cache,
         flashinfer_sampler=flags.flashinfer_sampler,
+        rocm=gpu.vendor == "amd",
         v0_fallback=fallback.feature if fallback is not None and engine == "v0" else None,
         in_flight_tokens=in_flight_tokens(rules, engine, runner, flags, shape.max_num_batched_tokens),
     )
@@ -758,9 +760,9 @@ def cold_compile(f: ResolvedFlags) -> bool:
 
 
 def graphs_charged(f: ResolvedFlags) -> bool:
-    """Whether the CUDA-graph estimate comes off the budget: V1 0.20+, except on Model Runner V2 before 0.29
-    (its profile_cudagraph_memory returns 0)."""
-    if f.engine != "v1" or not f.rules.cudagraphs_subtracted:
+    """Whether the CUDA-graph estimate comes off the budget: V1 0.20+ (on ROCm 0.26+), except on Model Runner
+    V2 before 0.29 (its profile_cudagraph_memory returns 0)."""
+    if f.engine != "v1" or not f.rules.cudagraphs_subtracted or (f.rocm and not f.rules.cudagraphs_rocm):
         return False
     return f.runner == "v1" or f.rules.v2_cudagraphs_profiled
 

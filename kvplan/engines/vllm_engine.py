@@ -288,8 +288,9 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
                    "--max-num-batched-tokens (vllm#50780; not modelled: Qwen3.8-27B logged 3.51 GiB against 0.93 "
                    "planned at tp 2 with 256 sequences on 0.27.1, 0.96 against 1.05 at tp 4 with 512 on 0.26.0)")
     if r.cudagraph_bytes and not graphs_charged(f):
-        out.append(f"CUDA graphs (about {fmt_gib(r.cudagraph_bytes)}) are not in vLLM {f.version}'s budget: "
-                   "they live in the memory utilization leaves out")
+        out.append(f"CUDA graphs (about {fmt_gib(r.cudagraph_bytes)}) are not in vLLM {f.version}'s budget"
+                   + (" (it skips their estimate on ROCm before 0.26)" if f.rocm and f.rules.cudagraphs_subtracted
+                      else "") + ": they live in the memory utilization leaves out")
     other = r.stages[0].memory.non_torch.other_bytes
     if other:
         out.append(f"{fmt_gib(other)} of each GPU is held by other processes (--gpu-memory-in-use): "

@@ -123,6 +123,10 @@ class VllmRules:
     # With LoRA every CUDA-graph size is captured twice, with no adapter active and with max_loras + 1
     # (CompilationConfig.cudagraph_specialize_lora = True; v1/cudagraph_dispatcher.py lora_cases, 0.11.1+) [1.6].
     lora_graph_cases: bool = False
+    # ROCm's CUDA graphs are estimated and charged too: the worker skips the estimate on ROCm from 0.20 ("graph
+    # pool handles and mem_get_info behave differently"; `not is_rocm()` in 0.20, `is_cuda()` 0.21-0.25) and
+    # takes it on `is_cuda_alike()` from 0.26 (v1/worker/gpu_worker.py determine_available_memory) [1.6].
+    cudagraphs_rocm: bool = False
 
     @property
     def release(self) -> str:
@@ -233,8 +237,9 @@ def _changes() -> tuple[VllmRules, ...]:
     # vllm#50780 (open): the estimator is unchanged from 0.23, but from 0.26.0 the GDN decode-with-context path
     # its FULL warm-up runs leaves a transient that grows with max_num_batched_tokens (op not pinned upstream).
     change((0, 26, 0), "a gated-DeltaNet hybrid's CUDA-graph estimate holds a profiling transient (not modelled); "
-           "V2's profiled sampler keeps the logits in their own dtype; windows reserve every in-flight batch",
-           gdn_graph_transient=True, v2_sampler_fp32=False, window_in_flight_batches=True)
+           "V2's profiled sampler keeps the logits in their own dtype; windows reserve every in-flight batch; ROCm "
+           "charges its graph estimate",
+           gdn_graph_transient=True, v2_sampler_fp32=False, window_in_flight_batches=True, cudagraphs_rocm=True)
     change((0, 27, 0), "non-KV memory = drop in free memory + transient peak (same terms)", v1_budget="consumed")
     change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line; "
            "no bitsandbytes; 16,384 tokens and 1,024 sequences on GPUs of 160 GiB and more",
