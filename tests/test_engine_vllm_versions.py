@@ -135,6 +135,8 @@ CHANGES = [
     ("0.19.1", "0.20.0", "default_utilization", 0.90, 0.92),
     ("0.19.1", "0.20.0", "cudagraphs_subtracted", False, True),
     ("0.20.0", "0.20.1", "v1_tokens_rule", "blocks_per_group", "concurrency"),
+    # VllmConfig._set_cudagraph_sizes appends an off-stride max_num_batched_tokens from 0.20.1.
+    ("0.20.0", "0.20.1", "capture_step", False, True),
     ("0.26.0", "0.27.0", "v1_budget", "snapshot", "consumed"),
     # vllm#50780: 0.25.1's GDN path leaves no warm-up transient in the FULL graph estimate, 0.26.0's does.
     ("0.25.1", "0.26.0", "gdn_graph_transient", False, True),
@@ -601,3 +603,16 @@ def test_rocm_charges_the_graph_estimate_from_0_26():
     assert (before.to_dict()["cudagraphs_subtracted"], after.to_dict()["cudagraphs_subtracted"]) == (False, True)
     assert plan("0.25.1", H100).to_dict()["cudagraphs_subtracted"] is True
     assert before.first_rank_available_kv_bytes - after.first_rank_available_kv_bytes == after.cudagraph_bytes > 0
+
+
+def test_an_off_stride_step_is_captured_from_0_20_1():
+    # 256 sequences, --max-num-batched-tokens 300: sizes [1, 2, 4, 8 .. 248, 256, 272, 288] (3 + 31 + 3 = 37 below the
+    # step); 0.20.1 appends 300 itself, a piecewise graph only (full sizes stop at the 256 sequences).
+    from kvplan.engines.vllm_graphs import capture_sizes
+
+    def modes(version: str):
+        return capture_sizes(rules_for(version), "v1", H100, max_num_seqs=256, max_num_batched_tokens=300)
+
+    assert (len(modes("0.20.0").piecewise), max(modes("0.20.0").piecewise)) == (37, 288)
+    assert (len(modes("0.20.1").piecewise), max(modes("0.20.1").piecewise)) == (38, 300)
+    assert max(modes("0.20.1").full) == 256

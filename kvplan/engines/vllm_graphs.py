@@ -79,7 +79,12 @@ def capture_sizes(
     if engine == "v0":
         top = -(-max_num_seqs // 8) * 8
         return GraphModes(tuple(s for s in [1, 2, 4, *range(8, 257, 8)] if s <= top))
-    sizes = [s for s in _v1_sizes(rules, gpu, max_num_seqs) if s <= max_num_batched_tokens]
+    listed = _v1_sizes(rules, gpu, max_num_seqs)
+    sizes = [s for s in listed if s <= max_num_batched_tokens]
+    # 0.20.1+ (VllmConfig._set_cudagraph_sizes) also captures an off-stride step within the largest size:
+    # --max-num-batched-tokens 300 with 256 sequences adds 300 after 288.
+    if rules.capture_step and max_num_batched_tokens <= max(listed) and max_num_batched_tokens not in sizes:
+        sizes.append(max_num_batched_tokens)
     full = tuple(s for s in sizes if s <= max_num_seqs) if rules.full_graphs else ()
     return GraphModes(tuple(sizes), full, lora_cases=2 if lora and rules.lora_graph_cases else 1)
 

@@ -127,6 +127,9 @@ class VllmRules:
     # pool handles and mem_get_info behave differently"; `not is_rocm()` in 0.20, `is_cuda()` 0.21-0.25) and
     # takes it on `is_cuda_alike()` from 0.26 (v1/worker/gpu_worker.py determine_available_memory) [1.6].
     cudagraphs_rocm: bool = False
+    # An off-stride max_num_batched_tokens below the largest capture size is captured too (VllmConfig.
+    # _set_cudagraph_sizes, 0.20.1; absent at 0.20.0) [1.6].
+    capture_step: bool = False
 
     @property
     def release(self) -> str:
@@ -218,7 +221,8 @@ def _changes() -> tuple[VllmRules, ...]:
            "state float32 unless the config says; a hybrid's max_num_seqs bounded by the cache's blocks",
            default_utilization=0.92, cudagraphs_subtracted=True, nemotron_ssm_default="float32",
            mamba_seqs_check=True)
-    change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len)", v1_tokens_rule="concurrency")
+    change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len); an off-stride step is captured",
+           v1_tokens_rule="concurrency", capture_step=True)
     # Model Runner V2 (vllm/config/vllm.py _is_default_v2_model_runner_model and DEFAULT_V2_MODEL_RUNNER_
     # ARCHITECTURES in each release's sdist; release notes of 0.25.0, 2026-07-11, and 0.29.0, 2026-09-09): its
     # profile_run samples the dummy rows without top-k/top-p, its profile_cudagraph_memory returns 0 until 0.29,
