@@ -123,6 +123,8 @@ CHANGES = [
     # NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype appears at 0.13.0 with getattr(hf_config,
     # "mamba_ssm_cache_dtype", "float16"); 0.20.0 makes the default float32 (DEFAULT_MAMBA_SSM_CACHE_DTYPE).
     ("0.12.0", "0.13.0", "nemotron_ssm_default", None, "float16"),
+    # VllmConfig._set_cudagraph_sizes: `max_num_seqs * decode_query_len * 2` appears at 0.13.0.
+    ("0.12.0", "0.13.0", "capture_spec_len", False, True),
     ("0.19.1", "0.20.0", "nemotron_ssm_default", "float16", "float32"),
     ("0.13.0", "0.14.0", "requested_ceil", False, True),
     ("0.13.0", "0.14.0", "moe_workspace_kept", False, True),
@@ -616,3 +618,18 @@ def test_an_off_stride_step_is_captured_from_0_20_1():
     assert (len(modes("0.20.0").piecewise), max(modes("0.20.0").piecewise)) == (37, 288)
     assert (len(modes("0.20.1").piecewise), max(modes("0.20.1").piecewise)) == (38, 300)
     assert max(modes("0.20.1").full) == 256
+
+
+def test_speculative_decode_steps_size_the_captures():
+    # 128 sequences with one MTP draft token (q = 2 tokens a decode step). 0.12: top min(128 x 2, 512) = 256, 35
+    # piecewise sizes; 0.13 (decode_query_len): min(128 x 2 x 2, 512) = 512, 51 sizes. FULL decode graphs take
+    # 2 <= size <= 128 x 2 = 256: the 1-token size drops out, 34 of the 35 sizes up to 256.
+    from kvplan.engines.vllm_graphs import capture_sizes
+
+    def modes(version: str):
+        return capture_sizes(rules_for(version), "v1", H100, max_num_seqs=128, max_num_batched_tokens=8192,
+                             decode_query_len=2)
+
+    assert (len(modes("0.12.0").piecewise), max(modes("0.12.0").piecewise)) == (35, 256)
+    assert (len(modes("0.13.0").piecewise), max(modes("0.13.0").piecewise)) == (51, 512)
+    assert (len(modes("0.13.0").full), min(modes("0.13.0").full), max(modes("0.13.0").full)) == (34, 2, 256)

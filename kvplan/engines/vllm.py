@@ -683,7 +683,7 @@ def plan_vllm(
     stage_layers = pp_stage_layers(model.num_layers, f.pp)
     modes = capture_sizes(rules, f.engine, gpu, max_num_seqs=f.max_num_seqs,
                           max_num_batched_tokens=f.max_num_batched_tokens, enforce_eager=flags.enforce_eager,
-                          lora=f.lora is not None)
+                          lora=f.lora is not None, decode_query_len=1 + f.num_speculative_tokens)
     graphs = _graph_bytes(model, f, modes, max(len(s) for s in stage_layers))
     used: ProfileUse | None = None
     if profile is not None:

@@ -56,11 +56,12 @@ class GraphModes:
 NO_GRAPHS = GraphModes(())
 
 
-def _v1_sizes(rules: VllmRules, gpu: GpuSpec, max_num_seqs: int) -> list[int]:
+def _v1_sizes(rules: VllmRules, gpu: GpuSpec, max_num_seqs: int, decode_query_len: int) -> list[int]:
     if rules.capture_rule == "v1_512":  # 0.7 - 0.9: [1, 2, 4] + every 8 up to 512 (67 sizes)
         return [1, 2, 4, *range(8, 513, 8)]
     ceiling = 1024 if rules.blackwell_1024 and gpu.key.upper().startswith(_BLACKWELL_KEYS) else 512
-    top = min(max_num_seqs * 2, ceiling)
+    # 0.13+: a decode step of speculative decoding carries 1 + draft tokens a sequence
+    top = min(max_num_seqs * (decode_query_len if rules.capture_spec_len else 1) * 2, ceiling)
     if rules.capture_rule == "v1_2seqs":  # 0.10.0 - 0.11.0: every 8 up to min(2 x seqs, 512)
         return [s for s in [1, 2, 4, *range(8, top + 1, 8)] if s <= top]
     # 0.11.1+: every 8 below 256, then every 16 (1,024 seqs -> 512 -> 51 sizes)
@@ -69,7 +70,7 @@ def _v1_sizes(rules: VllmRules, gpu: GpuSpec, max_num_seqs: int) -> list[int]:
 
 def capture_sizes(
     rules: VllmRules, engine: str, gpu: GpuSpec, *, max_num_seqs: int, max_num_batched_tokens: int,
-    enforce_eager: bool = False, lora: bool = False,
+    enforce_eager: bool = False, lora: bool = False, decode_query_len: int = 1,
 ) -> GraphModes:
     """The sizes vLLM captures. V0: decode batches [1, 2, 4, 8, 16, ...] up to max_num_seqs rounded up to 8
     (256 -> 35 graphs). V1: piecewise graphs up to the step; from 0.11 a FULL decode set beside them, up to
@@ -79,13 +80,16 @@ def capture_sizes(
     if engine == "v0":
         top = -(-max_num_seqs // 8) * 8
         return GraphModes(tuple(s for s in [1, 2, 4, *range(8, 257, 8)] if s <= top))
-    listed = _v1_sizes(rules, gpu, max_num_seqs)
+    listed = _v1_sizes(rules, gpu, max_num_seqs, decode_query_len)
     sizes = [s for s in listed if s <= max_num_batched_tokens]
     # 0.20.1+ (VllmConfig._set_cudagraph_sizes) also captures an off-stride step within the largest size:
     # --max-num-batched-tokens 300 with 256 sequences adds 300 after 288.
     if rules.capture_step and max_num_batched_tokens <= max(listed) and max_num_batched_tokens not in sizes:
         sizes.append(max_num_batched_tokens)
-    full = tuple(s for s in sizes if s <= max_num_seqs) if rules.full_graphs else ()
+    # FULL decode graphs take uniform decode steps: max_num_seqs x q >= size >= q, q = 1 + draft tokens
+    # (GPUModelRunner.capture_model, uniform_decode_query_len, 0.11+).
+    q = decode_query_len
+    full = tuple(s for s in sizes if q <= s <= max_num_seqs * q) if rules.full_graphs else ()
     return GraphModes(tuple(sizes), full, lora_cases=2 if lora and rules.lora_graph_cases else 1)
 
 

@@ -130,6 +130,9 @@ class VllmRules:
     # An off-stride max_num_batched_tokens below the largest capture size is captured too (VllmConfig.
     # _set_cudagraph_sizes, 0.20.1; absent at 0.20.0) [1.6].
     capture_step: bool = False
+    # With speculative decoding the largest capture size is min(max_num_seqs x (1 + draft) x 2, 512)
+    # (VllmConfig._set_cudagraph_sizes decode_query_len, 0.13.0; absent at 0.12.0) [1.6].
+    capture_spec_len: bool = False
 
     @property
     def release(self) -> str:
@@ -200,8 +203,8 @@ def _changes() -> tuple[VllmRules, ...]:
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"))
     change((0, 12, 0), "no LoRA extra vocabulary; FlashInfer and triton_kernels in every install",
            lora_extra_vocab=0, mxfp4_triton="vendored", flashinfer_dependency=True)
-    change((0, 13, 0), "Nemotron-H's SSM state: the config's mamba_ssm_cache_dtype, else float16",
-           nemotron_ssm_default="float16")
+    change((0, 13, 0), "Nemotron-H's SSM state: the config's mamba_ssm_cache_dtype, else float16; capture sizes "
+           "sized by speculative decode steps", nemotron_ssm_default="float16", capture_spec_len=True)
     change((0, 14, 0), "requested = ceil(total x util); the fused-MoE workspace is kept between steps; the "
            "start-up check names the device",
            requested_ceil=True, moe_workspace_kept=True, startup_check="device")
