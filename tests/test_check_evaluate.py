@@ -30,7 +30,7 @@ def test_engine_refuses_to_start(runner):
     assert code == 1 and r["verdict"] == "does_not_fit"
     # One request of 131,072 tokens = 8,192 blocks of 16 tokens at 131,072 B per token = 16 GiB.
     assert r["kv_needed_bytes"] == 131072 * LLAMA31_8B_BYTES_PER_TOKEN == 16 * GiB
-    assert r["reason"].startswith("To serve at least one request with the models's max seq len (131072), (16.0 GiB")
+    assert r["reason"].startswith("To serve at least one request with the model's max seq len (131072), (16.0 GiB")
     assert r["kv_available_bytes"] < r["kv_needed_bytes"] and r["reason_code"] == "one_request"
     # The fixes that keep the workload come first; the shorter context is among them, as the longest length
     # whose blocks the usable KV memory holds: blocks of 16 tokens x 2 MiB, usable = kv_available / 2 MiB.

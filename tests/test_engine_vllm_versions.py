@@ -125,6 +125,9 @@ CHANGES = [
     ("0.12.0", "0.13.0", "nemotron_ssm_default", None, "float16"),
     # VllmConfig._set_cudagraph_sizes: `max_num_seqs * decode_query_len * 2` appears at 0.13.0.
     ("0.12.0", "0.13.0", "capture_spec_len", False, True),
+    # kv_cache_utils.py: the conserving_memory link from 0.13.0, "model's" and the CPU note from 0.22.0.
+    ("0.12.0", "0.13.0", "kv_refusal_wording", "plain", "docs_link"),
+    ("0.21.0", "0.22.0", "kv_refusal_wording", "docs_link", "cpu_note"),
     ("0.19.1", "0.20.0", "nemotron_ssm_default", "float16", "float32"),
     ("0.13.0", "0.14.0", "requested_ceil", False, True),
     ("0.13.0", "0.14.0", "moe_workspace_kept", False, True),
@@ -633,3 +636,16 @@ def test_speculative_decode_steps_size_the_captures():
     assert (len(modes("0.12.0").piecewise), max(modes("0.12.0").piecewise)) == (35, 256)
     assert (len(modes("0.13.0").piecewise), max(modes("0.13.0").piecewise)) == (51, 512)
     assert (len(modes("0.13.0").full), min(modes("0.13.0").full), max(modes("0.13.0").full)) == (34, 2, 256)
+
+
+@pytest.mark.parametrize(("version", "opening", "ending"), [
+    # v1/core/kv_cache_utils.py _check_enough_kv_cache_memory, as each sdist words it
+    ("0.12.0", "with the models's max seq len", "`max_model_len` when initializing the engine."),
+    ("0.13.0", "with the models's max seq len", "conserving_memory/ for more details."),
+    ("0.22.0", "with the model's max seq len", "conserving_memory/ for more details."),
+])
+def test_the_kv_refusal_is_worded_as_the_release_words_it(version, opening, ending):
+    r = plan_vllm(LLAMA, VllmFlags(max_model_len=131072, version=version, kv_cache_memory_bytes=4 * GiB), H100)
+    assert r.refusal is not None and r.refusal.code == "one_request"
+    assert opening in r.refusal.message and r.refusal.message.endswith(ending)
+    assert ("which also controls CPU memory" in r.refusal.message) is (version == "0.22.0")

@@ -810,11 +810,16 @@ def _too_long(model: ModelSpec, f: ResolvedFlags, allowed: bool) -> Refusal | No
     return None
 
 
-def _no_memory() -> Refusal:
+_DOCS_LINK = " See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+
+
+def _no_memory(f: ResolvedFlags) -> Refusal:
+    wording = f.rules.kv_refusal_wording if f.engine == "v1" else "plain"
     return Refusal(
         "no_kv_memory",
-        "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-        "initializing the engine.",
+        "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the "
+        "engine" + (" (this flag also controls CPU memory reservation on the CPU backend, despite its name)."
+                    if wording == "cpu_note" else ".") + ("" if wording == "plain" else _DOCS_LINK),
         "engine.gpu_memory_utilization",
     )
 
@@ -899,7 +904,7 @@ def _startup_error(stages: list[StageKv], f: ResolvedFlags) -> Refusal | None:
     for s in stages:
         if f.engine == "v0":
             if s.num_blocks <= 0:
-                return _no_memory()
+                return _no_memory(f)
             capacity = s.num_blocks * s.layout.block_size
             if f.max_model_len > capacity:
                 return Refusal(
@@ -911,17 +916,21 @@ def _startup_error(stages: list[StageKv], f: ResolvedFlags) -> Refusal | None:
                 )
             continue
         if s.available_kv_bytes <= 0:
-            return _no_memory()
+            return _no_memory(f)
         needed = s.layout.blocks_per_request(f.max_model_len, f.window_tokens_in_flight) * s.layout.bytes_per_block
         if needed > s.available_kv_bytes:
             fit = estimate_max_model_len(s.layout, s.available_kv_bytes, f.max_model_len, f.window_tokens_in_flight)
             hint = f"Based on the available memory, the estimated maximum model length is {fit}. " if fit else ""
+            wording = f.rules.kv_refusal_wording
             return Refusal(
                 "one_request",
-                f"To serve at least one request with the models's max seq len ({f.max_model_len}), "
-                f"({format_gib(needed)} GiB KV cache is needed, which is larger than the available KV cache "
-                f"memory ({format_gib(s.available_kv_bytes)} GiB). {hint}Try increasing "
-                "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+                f"To serve at least one request with the {'model' if wording == 'cpu_note' else 'models'}'s max "
+                f"seq len ({f.max_model_len}), ({format_gib(needed)} GiB KV cache is needed, which is larger than "
+                f"the available KV cache memory ({format_gib(s.available_kv_bytes)} GiB). {hint}Try increasing "
+                "`gpu_memory_utilization`" + (" (which also controls CPU memory on the CPU backend)"
+                                              if wording == "cpu_note" else "")
+                + " or decreasing `max_model_len` when initializing the engine."
+                + ("" if wording == "plain" else _DOCS_LINK),
                 "workload.max_model_len",
             )
     return None

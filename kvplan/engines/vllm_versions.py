@@ -133,6 +133,10 @@ class VllmRules:
     # With speculative decoding the largest capture size is min(max_num_seqs x (1 + draft) x 2, 512)
     # (VllmConfig._set_cudagraph_sizes decode_query_len, 0.13.0; absent at 0.12.0) [1.6].
     capture_spec_len: bool = False
+    # V1's KV-room refusals (v1/core/kv_cache_utils.py _check_enough_kv_cache_memory): "plain" to 0.12;
+    # "docs_link" from 0.13 adds "See https://docs.vllm.ai/.../conserving_memory/ for more details."; "cpu_note"
+    # from 0.22 says "model's" (was "models's") and that the utilization also reserves CPU memory [1.12].
+    kv_refusal_wording: str = "plain"
 
     @property
     def release(self) -> str:
@@ -204,7 +208,8 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 12, 0), "no LoRA extra vocabulary; FlashInfer and triton_kernels in every install",
            lora_extra_vocab=0, mxfp4_triton="vendored", flashinfer_dependency=True)
     change((0, 13, 0), "Nemotron-H's SSM state: the config's mamba_ssm_cache_dtype, else float16; capture sizes "
-           "sized by speculative decode steps", nemotron_ssm_default="float16", capture_spec_len=True)
+           "sized by speculative decode steps; KV refusals link the docs", nemotron_ssm_default="float16",
+           capture_spec_len=True, kv_refusal_wording="docs_link")
     change((0, 14, 0), "requested = ceil(total x util); the fused-MoE workspace is kept between steps; the "
            "start-up check names the device",
            requested_ceil=True, moe_workspace_kept=True, startup_check="device")
@@ -230,8 +235,9 @@ def _changes() -> tuple[VllmRules, ...]:
     # ARCHITECTURES in each release's sdist; release notes of 0.25.0, 2026-07-11, and 0.29.0, 2026-09-09): its
     # profile_run samples the dummy rows without top-k/top-p, its profile_cudagraph_memory returns 0 until 0.29,
     # and it warms kernels up instead of V1's sampler warm-up.
-    change((0, 22, 0), "Model Runner V2 by default for Qwen3 dense unquantized models", v2_runner="listed",
-           v2_architectures=("Qwen3ForCausalLM",), v2_listed_unquantized=True, v2_sampler_fp32=True)
+    change((0, 22, 0), "Model Runner V2 by default for Qwen3 dense unquantized models; KV refusals say model's",
+           v2_runner="listed", v2_architectures=("Qwen3ForCausalLM",), v2_listed_unquantized=True,
+           v2_sampler_fp32=True, kv_refusal_wording="cpu_note")
     change((0, 23, 0), "Model Runner V2 by default for Llama, Mistral and Qwen3 dense unquantized models",
            v2_architectures=("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"))
     change((0, 24, 0), "Model Runner V2 for the listed architectures, quantized or MoE too",
