@@ -79,6 +79,8 @@ CHANGES = [
     ("0.7.3", "0.8.0", "image_sampler", None, "flashinfer_probs"),
     # _set_default_args_v1: 0.8.4 gives 1,024 sequences to H100/H200 only (256 elsewhere); 0.8.5 decides by memory.
     ("0.8.3", "0.8.4", "v1_batch_rule", "name", "name_seqs"),
+    # v1/core/block_pool.py's null_block appears at 0.8.3.
+    ("0.8.2", "0.8.3", "null_block", False, True),
     ("0.8.4", "0.8.5", "v1_batch_rule", "name_seqs", "memory"),
     ("0.8.5", "0.9.0", "v1_batch_rule", "memory", "memory_not_a100"),
     # EngineArgs.get_batch_defaults: 0.28.0 adds "if device_memory >= 160 * GiB_bytes" (B200/B300) ahead of the
@@ -649,3 +651,14 @@ def test_the_kv_refusal_is_worded_as_the_release_words_it(version, opening, endi
     assert r.refusal is not None and r.refusal.code == "one_request"
     assert opening in r.refusal.message and r.refusal.message.endswith(ending)
     assert ("which also controls CPU memory" in r.refusal.message) is (version == "0.22.0")
+
+
+def test_the_null_block_from_0_8_3():
+    # V1's block pool holds a null block from 0.8.3: every block is usable on 0.8.2, all but one on 0.8.3 (the
+    # budget is the same: nothing else changes between the two releases).
+    def report(version: str):
+        return plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version=version), H100)
+
+    old, new = report("0.8.2"), report("0.8.3")
+    assert old.num_blocks == new.num_blocks > 0
+    assert (old.usable_blocks, new.usable_blocks) == (old.num_blocks, new.num_blocks - 1)

@@ -263,7 +263,7 @@ class VllmReport:
     @property
     def usable_blocks(self) -> int:
         """Blocks requests can use: V1 keeps one as the null block that padded block-table slots point at."""
-        return max(0, self.num_blocks - (1 if self.flags.engine == "v1" else 0))
+        return max(0, self.num_blocks - (1 if self.flags.engine == "v1" and self.flags.rules.null_block else 0))
 
     @property
     def max_running_requests(self) -> int:

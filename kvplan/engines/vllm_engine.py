@@ -228,7 +228,7 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
     f = r.flags
     layout = r.stages[r.limiting_stage].layout
     out = []
-    if f.engine == "v1" and r.num_blocks > 0:
+    if f.engine == "v1" and f.rules.null_block and r.num_blocks > 0:
         out.append(f"1 of vLLM's {r.num_blocks:,} blocks is its null block, which no request can use")
     elif any(k in d.model.layer_kinds() for k in ("sliding_window", "chunked_local")):
         out.append(f"vLLM {f.version}'s V0 engine caches every token in sliding-window layers too")

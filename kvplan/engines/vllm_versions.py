@@ -137,6 +137,9 @@ class VllmRules:
     # "docs_link" from 0.13 adds "See https://docs.vllm.ai/.../conserving_memory/ for more details."; "cpu_note"
     # from 0.22 says "model's" (was "models's") and that the utilization also reserves CPU memory [1.12].
     kv_refusal_wording: str = "plain"
+    # V1's block pool keeps one block as the null block padded block-table slots point at (v1/core/block_pool.py
+    # null_block, 0.8.3; absent from v1/core at 0.8.2) [1.8].
+    null_block: bool = False
 
     @property
     def release(self) -> str:
@@ -176,6 +179,7 @@ def _changes() -> tuple[VllmRules, ...]:
     # softmax probabilities; 0.9-0.11's newer one samples from the logits via top_k_mask_logits then softmax.
     change((0, 8, 0), "V1 is the default engine; sampler warm-up after the KV cache; FlashInfer in the image",
            default_engine="v1", sampler_warmup=True, v1_sampler="sort", image_sampler="flashinfer_probs")
+    change((0, 8, 3), "V1 keeps a null block", null_block=True)
     # 0.8.4's _set_default_args_v1: 1,024 sequences for H100/H200 only, 256 elsewhere (1,024 everywhere before).
     change((0, 8, 4), "V1 batch defaults by device name, sequences too (others: 256)", v1_batch_rule="name_seqs")
     change((0, 8, 5), "V1 batch defaults by memory (>= 70 GiB: 8,192 tokens, 1,024 seqs); block size 1",
