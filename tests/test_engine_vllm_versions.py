@@ -623,6 +623,9 @@ def test_an_off_stride_step_is_captured_from_0_20_1():
     assert (len(modes("0.20.0").piecewise), max(modes("0.20.0").piecewise)) == (37, 288)
     assert (len(modes("0.20.1").piecewise), max(modes("0.20.1").piecewise)) == (38, 300)
     assert max(modes("0.20.1").full) == 256
+    # The bound is the largest size vLLM computes, min(2 x 150, 512) = 300, not the last listed one (288).
+    off = capture_sizes(rules_for("0.20.1"), "v1", H100, max_num_seqs=150, max_num_batched_tokens=296)
+    assert off.piecewise[-2:] == (288, 296)
 
 
 def test_speculative_decode_steps_size_the_captures():

@@ -56,12 +56,17 @@ class GraphModes:
 NO_GRAPHS = GraphModes(())
 
 
+def _v1_top(rules: VllmRules, gpu: GpuSpec, max_num_seqs: int, decode_query_len: int) -> int:
+    """The largest capture size (0.10+): min(2 x seqs, 512), 1,024 on data-center Blackwell from 0.28; from 0.13
+    a speculative decode step carries 1 + draft tokens a sequence."""
+    ceiling = 1024 if rules.blackwell_1024 and gpu.key.upper().startswith(_BLACKWELL_KEYS) else 512
+    return min(max_num_seqs * (decode_query_len if rules.capture_spec_len else 1) * 2, ceiling)
+
+
 def _v1_sizes(rules: VllmRules, gpu: GpuSpec, max_num_seqs: int, decode_query_len: int) -> list[int]:
     if rules.capture_rule == "v1_512":  # 0.7 - 0.9: [1, 2, 4] + every 8 up to 512 (67 sizes)
         return [1, 2, 4, *range(8, 513, 8)]
-    ceiling = 1024 if rules.blackwell_1024 and gpu.key.upper().startswith(_BLACKWELL_KEYS) else 512
-    # 0.13+: a decode step of speculative decoding carries 1 + draft tokens a sequence
-    top = min(max_num_seqs * (decode_query_len if rules.capture_spec_len else 1) * 2, ceiling)
+    top = _v1_top(rules, gpu, max_num_seqs, decode_query_len)
     if rules.capture_rule == "v1_2seqs":  # 0.10.0 - 0.11.0: every 8 up to min(2 x seqs, 512)
         return [s for s in [1, 2, 4, *range(8, top + 1, 8)] if s <= top]
     # 0.11.1+: every 8 below 256, then every 16 (1,024 seqs -> 512 -> 51 sizes)
@@ -80,11 +85,11 @@ def capture_sizes(
     if engine == "v0":
         top = -(-max_num_seqs // 8) * 8
         return GraphModes(tuple(s for s in [1, 2, 4, *range(8, 257, 8)] if s <= top))
-    listed = _v1_sizes(rules, gpu, max_num_seqs, decode_query_len)
-    sizes = [s for s in listed if s <= max_num_batched_tokens]
+    sizes = [s for s in _v1_sizes(rules, gpu, max_num_seqs, decode_query_len) if s <= max_num_batched_tokens]
     # 0.20.1+ (VllmConfig._set_cudagraph_sizes) also captures an off-stride step within the largest size:
     # --max-num-batched-tokens 300 with 256 sequences adds 300 after 288.
-    if rules.capture_step and max_num_batched_tokens <= max(listed) and max_num_batched_tokens not in sizes:
+    top = _v1_top(rules, gpu, max_num_seqs, decode_query_len)
+    if rules.capture_step and max_num_batched_tokens <= top and max_num_batched_tokens not in sizes:
         sizes.append(max_num_batched_tokens)
     # FULL decode graphs take uniform decode steps: max_num_seqs x q >= size >= q, q = 1 + draft tokens
     # (GPUModelRunner.capture_model, uniform_decode_query_len, 0.11+).
