@@ -92,6 +92,9 @@ def test_the_best_fix_replayed_as_flags_fits(runner):
             ["--engine", "sglang", "--block-size", "32"],
             "--block-size is an option of --engine vllm / generic, not sglang; sglang's counterpart is --page-size",
         ),
+        # vLLM's own switches are refused under another engine, not ignored
+        (["--engine", "sglang", "--no-flashinfer-sampler"], "--no-flashinfer-sampler is an option of --engine vllm"),
+        (["--engine", "sglang", "--mamba-cache-dtype", "float32"], "--mamba-cache-dtype is an option of --engine vllm"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(runner, args, message):

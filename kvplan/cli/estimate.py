@@ -184,7 +184,7 @@ def estimate(
             ("--max-num-batched-tokens", max_num_batched_tokens), ("--enable-prefix-caching", prefix_caching),
             ("--enable-chunked-prefill", chunked),
             ("--kv-cache-memory-bytes", kv_cache_memory), ("--allow-long-max-model-len", allow_long),
-            ("--flashinfer-sampler", sampler),
+            ("--no-flashinfer-sampler" if no_flashinfer_sampler else "--flashinfer-sampler", sampler),
             ("--mamba-cache-dtype", mamba_cache_dtype), ("--mamba-ssm-cache-dtype", mamba_ssm_cache_dtype),
             ("--speculative-config", speculative_config),
             ("--enable-lora", enable_lora), ("--max-loras", max_loras), ("--max-lora-rank", max_lora_rank),

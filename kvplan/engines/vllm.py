@@ -182,11 +182,18 @@ class ResolvedFlags:
     flashinfer_sampler: bool | None = None  # VLLM_USE_FLASHINFER_SAMPLER as given (None: unset)
     rocm: bool = False  # an AMD GPU (the worker skips the CUDA-graph estimate on ROCm before 0.26)
     v0_fallback: str | None = None  # the setting that sent a V1-default release (0.8-0.10) to V0 (vllm_fallback)
-    in_flight_tokens: int = 0  # tokens a sliding window or chunk reserves beyond itself (in_flight_tokens)
 
     @property
     def window_tokens_in_flight(self) -> int:
-        return self.in_flight_tokens or self.max_num_batched_tokens
+        """The tokens scheduled but not yet settled, which a sliding window or an attention chunk keeps blocks for
+        beyond itself: one step up to 0.25; from 0.26 VllmConfig.max_in_flight_tokens, max_concurrent_batches x
+        step, where async scheduling (on by default for generate models, MTP included) runs 2 batches on V1 at
+        pp 1 and pp + 1 on Model Runner V2, and V1 with pp > 1 runs pp. gpt-oss-20b at 8,192 tokens on V1:
+        16,384."""
+        if self.engine != "v1" or not self.rules.window_in_flight_batches:
+            return self.max_num_batched_tokens
+        batches = self.pp + 1 if self.runner == "v2" else (2 if self.pp == 1 else self.pp)
+        return batches * self.max_num_batched_tokens
 
 
 @dataclass(frozen=True)
@@ -410,7 +417,6 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         flashinfer_sampler=flags.flashinfer_sampler,
         rocm=gpu.vendor == "amd",
         v0_fallback=fallback.feature if fallback is not None and engine == "v0" else None,
-        in_flight_tokens=in_flight_tokens(rules, engine, runner, flags, shape.max_num_batched_tokens),
     )
 
 
@@ -422,18 +428,6 @@ def _v1_fallback(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec, dtype: str) -
         bitsandbytes=quant.startswith("bitsandbytes"), lora=flags.lora is not None,
         speculative=flags.speculative_method is not None,
     )
-
-
-def in_flight_tokens(rules: VllmRules, engine: str, runner: str, flags: VllmFlags, step: int) -> int:
-    """The tokens scheduled but not yet settled, which a sliding window or an attention chunk keeps blocks for
-    beyond itself: one step up to 0.25; from 0.26 VllmConfig.max_in_flight_tokens, max_concurrent_batches x
-    step, where async scheduling (on by default for generate models, MTP included) runs 2 batches on V1 at
-    pp 1 and pp + 1 on Model Runner V2, and V1 with pp > 1 runs pp. gpt-oss-20b at 8,192 tokens on V1: 16,384."""
-    if engine != "v1" or not rules.window_in_flight_batches:
-        return step
-    pp = flags.pipeline_parallel_size
-    batches = pp + 1 if runner == "v2" else (2 if pp == 1 else pp)
-    return batches * step
 
 
 def model_runner(model: ModelSpec, rules: VllmRules, engine: str, quantization: str | None = None) -> str:

@@ -213,8 +213,10 @@ def _other_install_kv(d: Deployment, given: VllmFlags, r: VllmReport) -> tuple[s
 def _flashinfer_sampler_note(f: ResolvedFlags) -> str:
     """What VLLM_USE_FLASHINFER_SAMPLER does to the profiled sampler in this release and engine."""
     env = f"VLLM_USE_FLASHINFER_SAMPLER={int(bool(f.flashinfer_sampler))}"
-    if f.engine == "v0" or not f.rules.sampler_warmup:
-        return f"{env} is not modelled on vLLM {f.version}'s {f.engine.upper()} sampler: planned as PyTorch's sort"
+    if f.engine == "v0":
+        return f"{env} is not modelled on vLLM {f.version}'s V0 sampler: planned as PyTorch's sort"
+    if not f.rules.sampler_warmup:
+        return f"{env} does not change vLLM {f.version}'s V1 profile, which runs no sampler before 0.8"
     if f.runner == "v2":
         return f"{env} does not reach Model Runner V2's sampler, which samples without top-k/top-p"
     return (f"{env}: the sampler runs FlashInfer's kernels (installed beside vLLM), a smaller peak than "
