@@ -9,6 +9,7 @@ import pytest
 
 from kvplan.engines.vllm import VllmFlags, plan_vllm, resolve_flags
 from kvplan.engines.vllm_memory import CONTEXT_BYTES
+from kvplan.engines.vllm_mla import mla_kept_bytes
 from kvplan.engines.vllm_versions import NEWEST, RULES, parse_release, rules_for
 from kvplan.errors import FieldError
 from kvplan.hardware.gpus import custom_gpu, find_gpu
@@ -73,6 +74,19 @@ CHANGES = [
     ("0.17.1", "0.18.0", "block_sizes", (1, 8, 16, 32, 64, 128, 256), None),
     ("0.6.6", "0.7.0", "v1_batch_rule", "fixed", "name"),
     ("0.7.0", "0.7.1", "mla_latent", False, True),
+    # config.py ModelConfig.use_mla: 0.7.1-0.7.2 keep MLA only for fp8 (and all-fp8 compressed-tensors groups);
+    # 0.7.3 reads `is_deepseek_mla and not VLLM_MLA_DISABLE` alone. get_head_size hard-codes 256 for DeepSeek up
+    # to 0.6.6 (deepseek_v3 from 0.6.6, with DeepseekV3ForCausalLM) and qk_nope + qk_rope_head_dim from 0.7.0.
+    ("0.7.0", "0.7.1", "mla_quant_gate", False, True),
+    ("0.7.2", "0.7.3", "mla_quant_gate", True, False),
+    ("0.6.5", "0.6.6", "mla_dense_types", ("deepseek_v2",), ("deepseek_v2", "deepseek_v3")),
+    ("0.6.6", "0.7.0", "mla_dense_head", 256, None),
+    # attention/backends/mla/utils.py absorbs the decode matrices (0.7.1-0.7.3; fp8 dequantized by
+    # scaled_dequantize in float32 until 0.7.2, by the layer's own apply in the model dtype at 0.7.3);
+    # mla/common.py (0.8.0+) keeps W_UK_T and W_UV only.
+    ("0.7.0", "0.7.1", "mla_weights", "none", "absorbed_fp32"),
+    ("0.7.2", "0.7.3", "mla_weights", "absorbed_fp32", "absorbed"),
+    ("0.7.3", "0.8.0", "mla_weights", "absorbed", "kv_b"),
     ("0.7.3", "0.8.0", "default_engine", "v0", "v1"),
     ("0.7.3", "0.8.0", "sampler_warmup", False, True),
     ("0.7.3", "0.8.0", "v1_sampler", "logits", "sort"),
@@ -665,3 +679,69 @@ def test_the_null_block_from_0_8_3():
     old, new = report("0.8.2"), report("0.8.3")
     assert old.num_blocks == new.num_blocks > 0
     assert (old.usable_blocks, new.usable_blocks) == (old.num_blocks, new.num_blocks - 1)
+
+
+def test_mla_falls_back_to_per_head_kv_before_0_7_1_and_for_non_fp8_checkpoints_until_0_7_3(runner):
+    # ModelConfig.use_mla is false before 0.7.1 (no MLA cache) and, in 0.7.1-0.7.2, for any quantization but fp8;
+    # DeepseekV2Attention then caches K and V per head. DeepSeek-V2-Lite (27 layers, 16 heads, qk 128 + 64):
+    # 0.6.6 pads the head to 256: 16 x 2 x 256 x 2 B = 16,384 B a token a layer, x 27 x 16 tokens = 7,077,888 B a
+    # block; 0.7.0 caches 192 wide: 16 x 2 x 192 x 2 = 12,288 B, 5,308,416 B a block; from 0.7.1 the latent
+    # (512 + 64) x 2 = 1,152 B, 497,664 B a block.
+    lite = _model("deepseek-ai/DeepSeek-V2-Lite")
+
+    def block_bytes(model, version, **flags):
+        return plan_vllm(model, VllmFlags(max_model_len=8192, version=version, **flags), H100).stages[0] \
+            .layout.bytes_per_block
+
+    assert [block_bytes(lite, v) for v in ("0.6.6", "0.7.0", "0.7.1")] == [7_077_888, 5_308_416, 497_664]
+    # 0.7.2 keeps the latent for --quantization fp8, not for bitsandbytes (0.7.3 keeps it for both).
+    assert block_bytes(lite, "0.7.2", quantization="fp8") == 497_664
+    assert block_bytes(lite, "0.7.2", quantization="bitsandbytes") == 5_308_416
+    assert block_bytes(lite, "0.7.3", quantization="bitsandbytes") == 497_664
+    # An AWQ DeepSeek-V3 at tp 8 on 0.7.2: 16 heads a rank x 2 x 192 x 2 B = 12,288 B a token a layer, x 61
+    # layers x 16 = 11,993,088 B a block, against the fp8 checkpoint's latent 1,152 x 61 x 16 = 1,124,352 B.
+    v3 = _model("deepseek-ai/DeepSeek-V3")
+    awq = dataclasses.replace(v3, quant=QuantSpec("awq", 4, group_size=128, scale_bytes=2, zero_point_bits=4))
+    assert block_bytes(awq, "0.7.2", tensor_parallel_size=8) == 11_993_088
+    assert block_bytes(v3, "0.7.2", tensor_parallel_size=8) == 1_124_352
+    # DeepSeek-V3 is registered from 0.6.6; a model type the fallback path does not cover is refused by name.
+    with pytest.raises(FieldError, match="deepseek_v2 only, not deepseek_v3"):
+        block_bytes(v3, "0.6.5", tensor_parallel_size=8)
+    with pytest.raises(FieldError, match="not kimi_k2"):
+        block_bytes(_model("moonshotai/Kimi-K2-Instruct"), "0.7.0", tensor_parallel_size=8)
+    out = run_cli(runner, "estimate", "deepseek-ai/DeepSeek-V2-Lite", "--gpu", "H100", "--seq", "8192",
+                  "--vllm-version", "0.7.0")
+    assert "vLLM 0.7.0 has no MLA cache (it came in 0.7.1): each layer caches K and V for every head, 12,288 B" \
+        in " ".join(out.stdout.split())
+
+
+def test_mla_layers_keep_absorbed_or_dequantized_matrices_beside_their_weights():
+    # DeepSeek-R1 (fp8, 128 x 128 scale blocks) at tp 8: 16 heads a rank, latent 512, nope 128, rope 64, V 128,
+    # q_lora_rank 1,536, hidden 7,168, 61 MLA layers.
+    # 0.7.2: W_QR 1,536 x 16 x 64 x 2 B = 3,145,728; kv_b_proj dequantized in float32 512 x 16 x 256 x 4 =
+    # 8,388,608; W_Q_UK in fp8 1,536 x 8,192 = 12,582,912 + 12 x 64 scales x 4 B = 3,072; W_UV_O in fp8
+    # 8,192 x 7,168 = 58,720,256 + 64 x 56 x 4 = 14,336: 82,854,912 B a layer.
+    # 0.7.3 dequantizes in bf16: 8,388,608 -> 4,194,304, 78,660,608 B. 0.8+: the bf16 kv_b_proj only, 4,194,304.
+    r1 = _model("deepseek-ai/DeepSeek-R1")
+    kept = {v: mla_kept_bytes(r1, rules_for(v), dtype="bfloat16", tp=8, quantization=None)
+            for v in ("0.7.0", "0.7.2", "0.7.3", "0.8.0", "0.33.0")}
+    assert kept == {"0.7.0": 0, "0.7.2": 82_854_912, "0.7.3": 78_660_608, "0.8.0": 4_194_304,
+                    "0.33.0": 4_194_304}
+    # An AWQ DeepSeek-V3 on 0.7.3 absorbs in bf16: 3,145,728 + 4,194,304 + 1,536 x 8,192 x 2 (25,165,824) +
+    # 8,192 x 7,168 x 2 (117,440,512) = 149,946,368 B a layer.
+    v3 = _model("deepseek-ai/DeepSeek-V3")
+    awq = dataclasses.replace(v3, quant=QuantSpec("awq", 4, group_size=128, scale_bytes=2, zero_point_bits=4))
+    assert mla_kept_bytes(awq, rules_for("0.7.3"), dtype="bfloat16", tp=8, quantization=None) == 149_946_368
+    # DeepSeek-V2-Lite in bf16 (no q_lora: the query input is hidden 2,048), 16 heads at tp 1, on 0.7.2:
+    # 2,048 x 16 x 64 x 2 + 2,048 x 8,192 x 2 + 8,192 x 2,048 x 2 = 71,303,168 B a layer, x 27 =
+    # 1,925,185,536 B of weights more; unquantized 0.8+ keeps views only. --quantization fp8 at 0.8: the bf16
+    # kv_b_proj copy 512 x 16 x 256 x 2 = 4,194,304 B a layer.
+    lite = _model("deepseek-ai/DeepSeek-V2-Lite")
+    plans = {v: plan_vllm(lite, VllmFlags(max_model_len=8192, version=v), H100).stages[0].memory
+             for v in ("0.7.0", "0.7.2", "0.8.0")}
+    assert [plans[v].mla_kept_bytes for v in plans] == [0, 1_925_185_536, 0]
+    assert plans["0.7.2"].weights_bytes - plans["0.7.0"].weights_bytes == 1_925_185_536
+    assert mla_kept_bytes(lite, rules_for("0.8.0"), dtype="bfloat16", tp=1, quantization="fp8") == 4_194_304
+    # Where MLA is off (0.7.2 with bitsandbytes) nothing is absorbed.
+    off = plan_vllm(lite, VllmFlags(max_model_len=8192, version="0.7.2", quantization="bitsandbytes"), H100)
+    assert off.flags.mla_dense is not None and off.stages[0].memory.mla_kept_bytes == 0

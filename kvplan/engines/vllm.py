@@ -36,6 +36,7 @@ from kvplan.engines.vllm_memory import (
     stage_memory,
     v2_sampler_state_bytes,
 )
+from kvplan.engines.vllm_mla import dense_mla_layer, dense_mla_reason, mla_kept_bytes
 from kvplan.engines.vllm_mxfp4 import Mxfp4Backend, release_backend
 from kvplan.engines.vllm_profile import ProfileUse, apply_profile
 from kvplan.engines.vllm_versions import VllmRules, engine_for, parse_release, rules_for
@@ -182,6 +183,7 @@ class ResolvedFlags:
     flashinfer_sampler: bool | None = None  # VLLM_USE_FLASHINFER_SAMPLER as given (None: unset)
     rocm: bool = False  # an AMD GPU (the worker skips the CUDA-graph estimate on ROCm before 0.26)
     v0_fallback: str | None = None  # the setting that sent a V1-default release (0.8-0.10) to V0 (vllm_fallback)
+    mla_dense: str | None = None  # why an MLA model's cache holds per-head K/V, not the latent (vllm_mla)
 
     @property
     def window_tokens_in_flight(self) -> int:
@@ -317,6 +319,7 @@ class VllmReport:
                     "weights_bytes": s.memory.weights_bytes,
                     "lora_bytes": s.memory.lora_bytes,
                     "draft_bytes": s.memory.draft_bytes,
+                    "mla_kept_bytes": s.memory.mla_kept_bytes,
                     "rotary_cache_bytes": s.memory.rotary_cache_bytes,
                     "activation_peak_bytes": s.memory.activation_peak_bytes,
                     "encoder_peak_bytes": s.memory.encoder_bytes,
@@ -389,6 +392,7 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         chunked_prefill=flags.enable_chunked_prefill,
     )
     runner = model_runner(model, rules, engine, flags.quantization)
+    quant = model.quant.method if model.quant is not None else flags.quantization
     return ResolvedFlags(
         max_model_len=max_len,
         gpu_memory_utilization=flags.gpu_memory_utilization or rules.default_utilization,
@@ -417,6 +421,7 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         flashinfer_sampler=flags.flashinfer_sampler,
         rocm=gpu.vendor == "amd",
         v0_fallback=fallback.feature if fallback is not None and engine == "v0" else None,
+        mla_dense=dense_mla_reason(model, rules, flags.version, quant),
     )
 
 
@@ -505,20 +510,19 @@ def _vllm_state(spec: LayerSpec, model: ModelSpec, f: ResolvedFlags) -> LayerSpe
 
 def _stage_layout(model: ModelSpec, layers: range, f: ResolvedFlags, block_size_set: bool) -> KvCacheLayout:
     """One rank's KV layout. Without V1's hybrid manager (V0, V1 before 0.9.1) every attention layer caches
-    every token (a sliding window only masks), and state layers have no place in the block pool. With MTP the
-    draft's attention layers join the last stage's cache (gpu_model_runner.get_kv_cache_spec)."""
+    every token (a sliding window only masks), and state layers have no place in the block pool. Where MLA is
+    off (vllm_mla) its layers cache per-head K/V. With MTP the draft's attention layers join the last stage's
+    cache (gpu_model_runner.get_kv_cache_spec)."""
     hybrid = f.engine == "v1" and f.rules.hybrid_groups
     specs = model.layers[layers.start : layers.stop : layers.step]
+    if f.mla_dense is not None:
+        specs = tuple(dense_mla_layer(spec, model, f.rules) for spec in specs)
     if f.num_speculative_tokens and model.mtp is not None and layers.stop == model.num_layers:
         specs = specs + model.mtp.layers
     stage = tuple(_vllm_state(spec, model, f) for spec in specs)
     chunk = model.geometry.mamba.chunk_size if model.geometry.mamba else 2048
-    layout = _layout(stage, f.kv_cache_dtype, f.tp, hybrid, f.block_size, block_size_set, f.version, f.engine,
-                     mamba_cache_mode(model, f), chunk, f.num_speculative_tokens)
-    if not f.rules.mla_latent and any(spec.kind == LayerKind.MLA for spec in stage):
-        raise FieldError("engine.version", f"vLLM {f.version} cached MLA models' per-head K and V (the latent "
-                         "cache came in 0.7.1); kvplan models the latent only", f.version)
-    return layout
+    return _layout(stage, f.kv_cache_dtype, f.tp, hybrid, f.block_size, block_size_set, f.version, f.engine,
+                   mamba_cache_mode(model, f), chunk, f.num_speculative_tokens)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -673,6 +677,8 @@ def plan_vllm(
         sampler_state_bytes=v2_sampler_state_bytes(model, max_num_seqs=f.max_num_seqs,
                                                    draft_tokens=f.num_speculative_tokens)
         if f.runner == "v2" and f.rules.v1_budget == "consumed" else 0,
+        mla_layer_bytes=0 if f.mla_dense is not None else mla_kept_bytes(model, rules, dtype=f.dtype, tp=f.tp,
+                                                                         quantization=f.quantization),
     )
     stage_layers = pp_stage_layers(model.num_layers, f.pp)
     modes = capture_sizes(rules, f.engine, gpu, max_num_seqs=f.max_num_seqs,

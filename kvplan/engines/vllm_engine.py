@@ -25,10 +25,11 @@ from kvplan.engines.vllm import (
 from kvplan.engines.vllm_calibration import calibration_for
 from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.engines.vllm_memory import StageMemory, WeightSplit
+from kvplan.engines.vllm_mla import dense_mla_layer
 from kvplan.engines.vllm_mxfp4 import release_backend
 from kvplan.engines.vllm_versions import VllmRules, engine_for, rules_for
 from kvplan.errors import FieldError
-from kvplan.model.specs import ModelSpec
+from kvplan.model.specs import LayerKind, ModelSpec
 from kvplan.records import dataclass
 from kvplan.units import GiB, cdiv, fmt_gib
 
@@ -210,6 +211,15 @@ def _other_install_kv(d: Deployment, given: VllmFlags, r: VllmReport) -> tuple[s
     return None if kv_bytes == r.stages[r.limiting_stage].available_kv_bytes else (other, kv_bytes)
 
 
+def _mla_dense_note(model: ModelSpec, f: ResolvedFlags) -> str:
+    """DeepSeek-V2-Lite on 0.7.0: 16 heads x 2 x 192 x 2 B = 12,288 B a token a layer, not the latent's 1,152."""
+    mla = next(spec for spec in model.layers if spec.kind == LayerKind.MLA)
+    dense = dense_mla_layer(mla, model, f.rules)
+    dense_bytes, latent_bytes = (spec.kv_bytes_per_token(f.kv_cache_dtype, f.tp) for spec in (dense, mla))
+    return (f"{f.mla_dense}: each layer caches K and V for every head, {dense_bytes:,} B a token on each GPU, not "
+            f"the {latent_bytes:,} B MLA latent")
+
+
 def _flashinfer_sampler_note(f: ResolvedFlags) -> str:
     """What VLLM_USE_FLASHINFER_SAMPLER does to the profiled sampler in this release and engine."""
     env = f"VLLM_USE_FLASHINFER_SAMPLER={int(bool(f.flashinfer_sampler))}"
@@ -305,6 +315,8 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
         out.append(f"vLLM {f.version}'s {f.engine.upper()} engine charges all memory in use on the GPU, another "
                    "process's too: kvplan plans an otherwise idle GPU (--gpu-memory-in-use states what else "
                    "runs there)")
+    if f.mla_dense is not None:
+        out.append(_mla_dense_note(d.model, f))
     if f.v0_fallback is not None:
         out.append(f"vLLM {f.version} does not run {f.v0_fallback} on its V1 engine and falls back to V0: "
                    "planned as V0 (VLLM_USE_V1 unset)")
@@ -355,6 +367,9 @@ def _terms(d: Deployment, r: VllmReport, m: StageMemory) -> list[MemoryTerm]:
         loaded += f", {m.lora_bytes / GiB:.2f} GiB of it LoRA slots ({slots})"
     if m.draft_bytes:
         loaded += f", {m.draft_bytes / GiB:.2f} GiB of it the MTP draft"
+    if m.mla_kept_bytes:
+        kept = "absorbed MLA matrices" if f.rules.mla_weights.startswith("absorbed") else "MLA's dequantized kv_b_proj"
+        loaded += f", {m.mla_kept_bytes / GiB:.2f} GiB of it {kept}"
     peak = f"activation peak of the profiling run ({f.max_num_batched_tokens:,} tokens"
     peak += f", {min(f.max_num_seqs, f.max_num_batched_tokens):,} sampler rows)" if m.runs_sampler else ")"
     if m.encoder_bytes:

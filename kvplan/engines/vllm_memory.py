@@ -21,7 +21,7 @@ from kvplan.engines.vllm_mxfp4 import Mxfp4Backend, expert_bytes_per_rank
 from kvplan.hardware.gpus import COMPUTE_CAPABILITY, resident_threads
 from kvplan.model.dtypes import serving_dtype, weight_dtype_bytes
 from kvplan.model.quant import group_weight_bytes
-from kvplan.model.specs import ModelSpec, ParamGroup, QuantSpec
+from kvplan.model.specs import LayerKind, ModelSpec, ParamGroup, QuantSpec
 from kvplan.records import dataclass
 from kvplan.units import GiB, cdiv
 
@@ -251,6 +251,7 @@ class StageMemory:
     run_peak_bytes: int = 0  # the profiling run's own peak (forward, sampler, encoder), without those copies
     intermediate_bytes: int = 0  # a later pipeline stage's receive buffers (intermediate_bytes), part of the peak
     sampler_state_bytes: int = 0  # Model Runner V2's sampler state on the last stage (v2_sampler_state_bytes)
+    mla_kept_bytes: int = 0  # what the MLA layers keep beside their checkpoint weights, part of weights_bytes
 
     @property
     def non_kv_bytes(self) -> int:
@@ -501,6 +502,7 @@ def stage_memory(
     cold_compile: bool = False,
     intermediate_charged: bool = True,
     sampler_state_bytes: int = 0,
+    mla_layer_bytes: int = 0,
 ) -> tuple[StageMemory, ...]:
     """Weights, activation peak and non-torch memory on a rank of each pipeline stage.
 
@@ -512,6 +514,7 @@ def stage_memory(
     window (compile_clone_bytes, first stage only: the embedding lives there). `intermediate_charged`: the later
     stages' receive buffers count in the budget (intermediate_bytes). `sampler_state_bytes`: persistent sampler
     state the budget counts on the last stage (v2_sampler_state_bytes; 0 where none is counted).
+    `mla_layer_bytes`: what each MLA layer, the draft's too, keeps beside its weights (vllm_mla.mla_kept_bytes).
     """
     elem = weight_dtype_bytes(dtype)
     quant = model.quant or (runtime_quant(quantization) if quantization else None)
@@ -532,6 +535,10 @@ def stage_memory(
             extra_vocab=lora_extra_vocab,
         )
         drafted = draft_bytes if last else 0
+        mla_layers = sum(spec.kind == LayerKind.MLA for spec in model.layers[stage.start:stage.stop:stage.step])
+        if draft and last and model.mtp is not None:
+            mla_layers += sum(spec.kind == LayerKind.MLA for spec in model.mtp.layers)
+        mla_kept = mla_layers * mla_layer_bytes
         clone = compile_clone_bytes(model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens) \
             if cold_compile and i == 0 and encoder is None else 0
         received = intermediate_bytes(model, dtype=dtype, max_num_batched_tokens=max_num_batched_tokens) \
@@ -545,7 +552,7 @@ def stage_memory(
             StageMemory(
                 stage=i,
                 layers=len(stage),
-                weights_bytes=w + slots + drafted,
+                weights_bytes=w + slots + drafted + mla_kept,
                 rotary_cache_bytes=rope,
                 activation_peak_bytes=max(run_peak, clone),
                 non_torch=non_torch,
@@ -558,6 +565,7 @@ def stage_memory(
                 run_peak_bytes=run_peak,
                 intermediate_bytes=received,
                 sampler_state_bytes=sampler_state_bytes if last else 0,
+                mla_kept_bytes=mla_kept,
             )
         )
     return tuple(out)

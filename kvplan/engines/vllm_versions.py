@@ -72,7 +72,16 @@ class VllmRules:
     blackwell_1024: bool = False  # capture up to 1,024 on data-center Blackwell [1.6]
     block_sizes: tuple[int, ...] | None = (8, 16, 32, 64, 128)  # None: any positive size [1.9]
     kv_cache_dtypes: tuple[str, ...] = ("auto", "fp8", "fp8_e5m2", "fp8_e4m3")  # [1.12]
-    mla_latent: bool = False  # MLA caches the compressed latent (0.7.1+), not per-head K/V [1.9]
+    mla_latent: bool = False  # MLA caches the compressed latent (0.7.1+), not per-head K/V [1.23]
+    mla_quant_gate: bool = False  # MLA only for fp8 checkpoints (0.7.1-0.7.2 ModelConfig.use_mla) [1.23]
+    # Model types the plain attention path caches per head without MLA, and that cache's head width (None:
+    # qk_nope + qk_rope_head_dim; 0.6.x pads to 256 for FlashAttention): ModelConfig.get_head_size [1.23].
+    mla_dense_types: tuple[str, ...] = ("deepseek_v2",)
+    mla_dense_head: int | None = 256
+    # What an MLA layer keeps beside its checkpoint weights after loading (vllm_mla.mla_kept_bytes) [1.23]:
+    # "none" (no MLA), "absorbed_fp32" (0.7.1-0.7.2: absorbed matrices, fp8 dequantized to float32),
+    # "absorbed" (0.7.3: dequantized in the model dtype), "kv_b" (0.8+: a dequantized kv_b_proj only).
+    mla_weights: str = "none"
     mxfp4: bool = False  # gpt-oss mxfp4 MoE weights load (0.10.1+) [1.10]
     # Where mxfp4's Triton backend (OpenAI's triton_kernels) comes from on Hopper/Blackwell [1.10]: "none" (0.10.1
     # pins torch 2.7.1, below the 2.8 it needs), "package" (0.10.2-0.11: the optional triton_kernels package, in
@@ -169,16 +178,22 @@ def _changes() -> tuple[VllmRules, ...]:
            "sizes to 128", v0_budget="absolute", v1_available=True, block_sizes=(8, 16, 32, 64, 128))
     change((0, 6, 5), "V0 memory_profiling: weights + peak increase + non-torch increase; chunked 2,048; block "
            "sizes to 32", v0_budget="snapshot", v0_chunked_tokens=2048, block_sizes=(8, 16, 32))
-    change((0, 6, 6), "block sizes to 128", block_sizes=(8, 16, 32, 64, 128))
-    change((0, 7, 0), "V1 batch defaults by device name (h100/h200: 8,192 tokens)", v1_batch_rule="name")
-    change((0, 7, 1), "MLA caches its latent", mla_latent=True)
+    change((0, 6, 6), "block sizes to 128; DeepSeek-V3", block_sizes=(8, 16, 32, 64, 128),
+           mla_dense_types=("deepseek_v2", "deepseek_v3"))
+    change((0, 7, 0), "V1 batch defaults by device name (h100/h200: 8,192 tokens); DeepSeek's per-head cache "
+           "unpadded", v1_batch_rule="name", mla_dense_head=None)
+    change((0, 7, 1), "MLA caches its latent, for fp8 or unquantized checkpoints; absorbed decode matrices",
+           mla_latent=True, mla_quant_gate=True, mla_weights="absorbed_fp32")
+    change((0, 7, 3), "MLA for every quantization, dequantized in the model dtype", mla_quant_gate=False,
+           mla_weights="absorbed")
     # 0.8-0.11 sample with FlashInfer whenever it is importable (vllm/v1/sample/ops/topk_topp_sampler.py). The
     # vllm wheel does not install it (an extra at most, until 0.12 makes it a dependency and the sampler
     # opt-in), so a wheel runs PyTorch's sort; the vllm/vllm-openai image ships it (vllm-project/vllm#6172):
     # 0.8's image FlashInfer 0.2.1.post2 (a stored Dockerfile copy; below the 0.2.3 that 0.8 falls back on) uses
     # softmax probabilities; 0.9-0.11's newer one samples from the logits via top_k_mask_logits then softmax.
     change((0, 8, 0), "V1 is the default engine; sampler warm-up after the KV cache; FlashInfer in the image",
-           default_engine="v1", sampler_warmup=True, v1_sampler="sort", image_sampler="flashinfer_probs")
+           default_engine="v1", sampler_warmup=True, v1_sampler="sort", image_sampler="flashinfer_probs",
+           mla_weights="kv_b")
     change((0, 8, 3), "V1 keeps a null block", null_block=True)
     # 0.8.4's _set_default_args_v1: 1,024 sequences for H100/H200 only, 256 elsewhere (1,024 everywhere before).
     change((0, 8, 4), "V1 batch defaults by device name, sequences too (others: 256)", v1_batch_rule="name_seqs")
