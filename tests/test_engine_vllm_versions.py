@@ -87,6 +87,10 @@ CHANGES = [
     ("0.7.0", "0.7.1", "mla_weights", "none", "absorbed_fp32"),
     ("0.7.2", "0.7.3", "mla_weights", "absorbed_fp32", "absorbed"),
     ("0.7.3", "0.8.0", "mla_weights", "absorbed", "kv_b"),
+    # worker/cache_engine.py CacheEngine._align_cache (use_mla, CUDA, VLLM_CUDA_MEM_ALIGN_KV_CACHE on by default):
+    # present at 0.7.2 and 0.7.3, absent at 0.7.1 and 0.8.0.
+    ("0.7.1", "0.7.2", "mla_page_align", False, True),
+    ("0.7.3", "0.8.0", "mla_page_align", True, False),
     ("0.7.3", "0.8.0", "default_engine", "v0", "v1"),
     ("0.7.3", "0.8.0", "sampler_warmup", False, True),
     ("0.7.3", "0.8.0", "v1_sampler", "logits", "sort"),
@@ -694,16 +698,18 @@ def test_mla_falls_back_to_per_head_kv_before_0_7_1_and_for_non_fp8_checkpoints_
             .layout.bytes_per_block
 
     assert [block_bytes(lite, v) for v in ("0.6.6", "0.7.0", "0.7.1")] == [7_077_888, 5_308_416, 497_664]
-    # 0.7.2 keeps the latent for --quantization fp8, not for bitsandbytes (0.7.3 keeps it for both).
-    assert block_bytes(lite, "0.7.2", quantization="fp8") == 497_664
+    # 0.7.2 keeps the latent for --quantization fp8, not for bitsandbytes (0.7.3 keeps it for both); V0 pads it
+    # to 640 values there (test_v0_pads_the_mla_latent_to_256_bytes_on_0_7_2_and_0_7_3): 640 x 2 x 27 x 16 =
+    # 552,960 B.
+    assert block_bytes(lite, "0.7.2", quantization="fp8") == 552_960
     assert block_bytes(lite, "0.7.2", quantization="bitsandbytes") == 5_308_416
-    assert block_bytes(lite, "0.7.3", quantization="bitsandbytes") == 497_664
+    assert block_bytes(lite, "0.7.3", quantization="bitsandbytes") == 552_960
     # An AWQ DeepSeek-V3 at tp 8 on 0.7.2: 16 heads a rank x 2 x 192 x 2 B = 12,288 B a token a layer, x 61
-    # layers x 16 = 11,993,088 B a block, against the fp8 checkpoint's latent 1,152 x 61 x 16 = 1,124,352 B.
+    # layers x 16 = 11,993,088 B a block, against the fp8 checkpoint's padded latent 1,280 x 61 x 16 = 1,249,280 B.
     v3 = _model("deepseek-ai/DeepSeek-V3")
     awq = dataclasses.replace(v3, quant=QuantSpec("awq", 4, group_size=128, scale_bytes=2, zero_point_bits=4))
     assert block_bytes(awq, "0.7.2", tensor_parallel_size=8) == 11_993_088
-    assert block_bytes(v3, "0.7.2", tensor_parallel_size=8) == 1_124_352
+    assert block_bytes(v3, "0.7.2", tensor_parallel_size=8) == 1_249_280
     # DeepSeek-V3 is registered from 0.6.6; a model type the fallback path does not cover is refused by name.
     with pytest.raises(FieldError, match="deepseek_v2 only, not deepseek_v3"):
         block_bytes(v3, "0.6.5", tensor_parallel_size=8)
@@ -745,3 +751,22 @@ def test_mla_layers_keep_absorbed_or_dequantized_matrices_beside_their_weights()
     # Where MLA is off (0.7.2 with bitsandbytes) nothing is absorbed.
     off = plan_vllm(lite, VllmFlags(max_model_len=8192, version="0.7.2", quantization="bitsandbytes"), H100)
     assert off.flags.mla_dense is not None and off.stages[0].memory.mla_kept_bytes == 0
+
+
+def test_v0_pads_the_mla_latent_to_256_bytes_on_0_7_2_and_0_7_3():
+    # CacheEngine.get_cache_block_size rounds the latent (512 + 64 = 576 values) up to 256 bytes of the model
+    # dtype: align_to_256bytes(576, bf16) = 640 values. DeepSeek-R1, tp 8, 16-token blocks, 61 layers:
+    # 640 x 2 B x 16 x 61 = 1,249,280 B a block (dzhsurf's DeepSeek-V3-AWQ on 0.7.3 logs 10.99 GiB for 9,442
+    # blocks, about 1,249,800 B each); with an fp8 cache the rounding still counts bf16 elements: 640 x 1 B
+    # x 16 x 61 = 624,640 B. 0.7.1 and V1 (0.8) keep 576 x 2 x 16 x 61 = 1,124,352 B.
+    r1 = _model("deepseek-ai/DeepSeek-R1")
+
+    def block_bytes(version, gpu=H100, **flags):
+        return plan_vllm(r1, VllmFlags(max_model_len=8192, version=version, tensor_parallel_size=8, **flags),
+                         gpu).stages[0].layout.bytes_per_block
+
+    assert [block_bytes(v) for v in ("0.7.1", "0.7.2", "0.7.3", "0.8.0")] == [1_124_352, 1_249_280, 1_249_280,
+                                                                           1_124_352]
+    assert block_bytes("0.7.3", kv_cache_dtype="fp8") == 624_640
+    # ROCm is not CUDA: no padding (current_platform.is_cuda()).
+    assert block_bytes("0.7.3", gpu=find_gpu("MI300X")) == 1_124_352

@@ -82,6 +82,7 @@ class VllmRules:
     # "none" (no MLA), "absorbed_fp32" (0.7.1-0.7.2: absorbed matrices, fp8 dequantized to float32),
     # "absorbed" (0.7.3: dequantized in the model dtype), "kv_b" (0.8+: a dequantized kv_b_proj only).
     mla_weights: str = "none"
+    mla_page_align: bool = False  # V0 pads an MLA latent to 256 B of the model dtype on CUDA (0.7.2-0.7.3) [1.23]
     mxfp4: bool = False  # gpt-oss mxfp4 MoE weights load (0.10.1+) [1.10]
     # Where mxfp4's Triton backend (OpenAI's triton_kernels) comes from on Hopper/Blackwell [1.10]: "none" (0.10.1
     # pins torch 2.7.1, below the 2.8 it needs), "package" (0.10.2-0.11: the optional triton_kernels package, in
@@ -184,6 +185,7 @@ def _changes() -> tuple[VllmRules, ...]:
            "unpadded", v1_batch_rule="name", mla_dense_head=None)
     change((0, 7, 1), "MLA caches its latent, for fp8 or unquantized checkpoints; absorbed decode matrices",
            mla_latent=True, mla_quant_gate=True, mla_weights="absorbed_fp32")
+    change((0, 7, 2), "V0 pads the MLA latent to 256 bytes", mla_page_align=True)
     change((0, 7, 3), "MLA for every quantization, dequantized in the model dtype", mla_quant_gate=False,
            mla_weights="absorbed")
     # 0.8-0.11 sample with FlashInfer whenever it is importable (vllm/v1/sample/ops/topk_topp_sampler.py). The
@@ -193,7 +195,7 @@ def _changes() -> tuple[VllmRules, ...]:
     # softmax probabilities; 0.9-0.11's newer one samples from the logits via top_k_mask_logits then softmax.
     change((0, 8, 0), "V1 is the default engine; sampler warm-up after the KV cache; FlashInfer in the image",
            default_engine="v1", sampler_warmup=True, v1_sampler="sort", image_sampler="flashinfer_probs",
-           mla_weights="kv_b")
+           mla_weights="kv_b", mla_page_align=False)
     change((0, 8, 3), "V1 keeps a null block", null_block=True)
     # 0.8.4's _set_default_args_v1: 1,024 sequences for H100/H200 only, 256 elsewhere (1,024 everywhere before).
     change((0, 8, 4), "V1 batch defaults by device name, sequences too (others: 256)", v1_batch_rule="name_seqs")
