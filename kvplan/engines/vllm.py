@@ -43,7 +43,7 @@ from kvplan.engines.vllm_versions import VllmRules, engine_for, parse_release, r
 from kvplan.errors import FieldError, InputError
 from kvplan.hardware.gpus import GpuSpec
 from kvplan.model.dtypes import KvDtype, normalize_weight_dtype, resolve_kv_dtype, serving_dtype, weight_dtype_bytes
-from kvplan.model.specs import LayerKind, LayerSpec, MLASpec, ModelSpec
+from kvplan.model.specs import LayerKind, LayerSpec, ModelSpec
 from kvplan.records import dataclass
 from kvplan.units import GiB, cdiv
 
@@ -521,26 +521,31 @@ def _stage_layout(model: ModelSpec, layers: range, f: ResolvedFlags, block_size_
         specs = specs + model.mtp.layers
     stage = tuple(_vllm_state(spec, model, f) for spec in specs)
     chunk = model.geometry.mamba.chunk_size if model.geometry.mamba else 2048
-    # V0's CacheEngine pads an MLA latent to 256 bytes of the model dtype in 0.7.2-0.7.3 on CUDA (_align_cache).
-    mla_align = (256 // weight_dtype_bytes(f.dtype) if f.engine == "v0" and f.rules.mla_page_align and not f.rocm
-                 and f.mla_dense is None else 0)
     return _layout(stage, f.kv_cache_dtype, f.tp, hybrid, f.block_size, block_size_set, f.version, f.engine,
-                   mamba_cache_mode(model, f), chunk, f.num_speculative_tokens, mla_align)
+                   mamba_cache_mode(model, f), chunk, f.num_speculative_tokens, _padded_latent_bytes(model, f))
+
+
+def _padded_latent_bytes(model: ModelSpec, f: ResolvedFlags) -> int:
+    """V0's CacheEngine pads an MLA latent to 256 bytes of the model dtype in 0.7.2-0.7.3 on CUDA
+    (_align_cache): DeepSeek's 576 values in bf16 become 640, 1,280 B a token a layer (640 B with an fp8 cache).
+    0 where nothing is padded."""
+    mla = model.geometry.mla
+    if mla is None or f.engine != "v0" or not f.rules.mla_page_align or f.rocm or f.mla_dense is not None:
+        return 0
+    step = 256 // weight_dtype_bytes(f.dtype)
+    return f.kv_cache_dtype.vector_bytes(cdiv(mla.kv_lora_rank + mla.qk_rope_head_dim, step) * step)
 
 
 @functools.lru_cache(maxsize=1024)
 def _layout(stage: tuple[LayerSpec, ...], kv: KvDtype, tp: int, hybrid: bool, block_size: int,
             block_size_set: bool, version: str, engine: str, mode: str, chunk: int, draft: int,
-            mla_align: int = 0) -> KvCacheLayout:
+            latent_bytes: int = 0) -> KvCacheLayout:
     """_stage_layout's layout, kept: `kvplan plan` lays out one model's stages for hundreds of candidate
     deployments that share a KV dtype, tp and block size (gemma-3-27b: 806 plans, 62 layers each).
-    `mla_align`: round an MLA latent up to a multiple of this many values (0: none); DeepSeek's 576 in bf16
-    becomes 640, 1,280 B a token a layer."""
+    `latent_bytes`: an MLA layer's padded bytes a token (_padded_latent_bytes; 0: as the spec says)."""
     present = [s for s in (vllm_layer_spec(layer, kv, tp) for layer in stage) if s is not None]
-    if mla_align:
-        latent = next((layer.latent_dim for layer in stage if isinstance(layer, MLASpec)), 0)
-        present = [VllmLayerSpec("mla", kv.vector_bytes(cdiv(latent, mla_align) * mla_align)) if s.kind == "mla"
-                   else s for s in present]
+    if latent_bytes:
+        present = [VllmLayerSpec("mla", latent_bytes) if s.kind == "mla" else s for s in present]
     if not hybrid:
         if any(s.kind == "mamba" for s in present):
             raise FieldError("engine.version", f"kvplan models Mamba and linear-attention caches only in V1's "
