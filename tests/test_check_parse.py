@@ -432,25 +432,40 @@ def test_an_mtp_speculative_config_is_read_and_other_methods_stay_ignored(tmp_pa
     assert "speculative-config" not in _ignored_flags(mtp) and "speculative-config" in _ignored_flags(eagle)
 
 
-@pytest.mark.parametrize(("name", "key"), [("VLLM_USE_FLASHINFER_SAMPLER", "flashinfer_sampler"),
-                                           ("VLLM_USE_V1", "use_v1")])
-@pytest.mark.parametrize(("value", "taken"), [("1", True), ("0", False), ("sometimes", None)])
-def test_vllm_env_switches_are_read(tmp_path: Path, name: str, key: str, value: str, taken: bool | None) -> None:
-    # vllm/envs.py reads both as bool(int(...)); a value that is not 0 or 1 is named.
+def _env_deployment(tmp_path: Path, gpu: str, tag: str, model: str, name: str, value: str) -> Path:
+    """A one-GPU Kubernetes Deployment of vllm/vllm-openai:`tag` serving `model` with env `name`=`value`."""
     path = tmp_path / "d.yaml"
     path.write_text(f"""apiVersion: apps/v1
 kind: Deployment
-metadata: {{name: chat, annotations: {{kvplan.io/gpu: L4}}}}
+metadata: {{name: chat, annotations: {{kvplan.io/gpu: {gpu}}}}}
 spec:
   template:
     spec:
       containers:
         - name: vllm
-          image: vllm/vllm-openai:v0.11.2
-          args: [meta-llama/Llama-3.1-8B-Instruct, --max-model-len=4096]
+          image: vllm/vllm-openai:{tag}
+          args: [{model}, --max-model-len=4096]
           env: [{{name: {name}, value: "{value}"}}]
           resources: {{limits: {{nvidia.com/gpu: 1}}}}
 """)
-    (r,) = one(path)
+    return path
+
+
+@pytest.mark.parametrize(("value", "taken", "named"), [("1", True, False), ("0", False, False),
+                                                    ("sometimes", False, True)])
+def test_vllm_mla_disable_is_read(tmp_path: Path, value: str, taken: bool, named: bool) -> None:
+    # envs.py reads VLLM_MLA_DISABLE as bool(int(...)); a value that is not 0 or 1 is named, and MLA stays on.
+    (r,) = one(_env_deployment(tmp_path, "H100", "v0.19.0", "deepseek-ai/DeepSeek-V2-Lite", "VLLM_MLA_DISABLE",
+                               value))
+    assert r.mla_disable is taken
+    assert ("mla_disable" in unresolved_fields(r)) is named
+
+
+@pytest.mark.parametrize(("name", "key"), [("VLLM_USE_FLASHINFER_SAMPLER", "flashinfer_sampler"),
+                                           ("VLLM_USE_V1", "use_v1")])
+@pytest.mark.parametrize(("value", "taken"), [("1", True), ("0", False), ("sometimes", None)])
+def test_vllm_env_switches_are_read(tmp_path: Path, name: str, key: str, value: str, taken: bool | None) -> None:
+    # vllm/envs.py reads both as bool(int(...)); a value that is not 0 or 1 is named.
+    (r,) = one(_env_deployment(tmp_path, "L4", "v0.11.2", "meta-llama/Llama-3.1-8B-Instruct", name, value))
     assert getattr(r, key) is taken
     assert (key in unresolved_fields(r)) is (taken is None)

@@ -95,6 +95,7 @@ def test_the_best_fix_replayed_as_flags_fits(runner):
         # vLLM's own switches are refused under another engine, not ignored
         (["--engine", "sglang", "--no-flashinfer-sampler"], "--no-flashinfer-sampler is an option of --engine vllm"),
         (["--engine", "sglang", "--mamba-cache-dtype", "float32"], "--mamba-cache-dtype is an option of --engine vllm"),
+        (["--engine", "sglang", "--mla-disable"], "--mla-disable is an option of --engine vllm"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(runner, args, message):

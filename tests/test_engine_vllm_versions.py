@@ -770,3 +770,22 @@ def test_v0_pads_the_mla_latent_to_256_bytes_on_0_7_2_and_0_7_3():
     assert block_bytes("0.7.3", kv_cache_dtype="fp8") == 624_640
     # ROCm is not CUDA: no padding (current_platform.is_cuda()).
     assert block_bytes("0.7.3", gpu=find_gpu("MI300X")) == 1_124_352
+
+
+def test_vllm_mla_disable_caches_per_head_on_any_release(runner):
+    # VLLM_MLA_DISABLE=1 makes ModelConfig.use_mla false; DeepseekV2Attention then caches K and V for each of
+    # DeepSeek-V2-Lite's 16 heads, V padded to K's 192: 16 x 2 x 192 x 2 B = 12,288 B a token a layer, x 27 x 16
+    # = 5,308,416 B a block on V1 (0.19), against the latent's 497,664. No absorbed or dequantized copy is kept.
+    lite = _model("deepseek-ai/DeepSeek-V2-Lite")
+    on, off = (plan_vllm(lite, VllmFlags(max_model_len=8192, version="0.19.0", mla_disable=d), H100)
+               for d in (False, True))
+    assert on.stages[0].layout.bytes_per_block == 497_664
+    assert off.stages[0].layout.bytes_per_block == 5_308_416 and off.flags.mla_dense is not None
+    out = run_cli(runner, "estimate", "deepseek-ai/DeepSeek-V2-Lite", "--gpu", "H100", "--seq", "8192",
+                  "--vllm-version", "0.19.0", "--mla-disable")
+    assert "VLLM_MLA_DISABLE=1 turns MLA off: each layer caches K and V for every head, 12,288 B" \
+        in " ".join(out.stdout.split())
+    # On a model without MLA the switch changes nothing, and the plan says so.
+    out = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--seq", "8192",
+                  "--mla-disable")
+    assert "VLLM_MLA_DISABLE=1 changes nothing here" in " ".join(out.stdout.split())

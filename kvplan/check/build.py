@@ -325,6 +325,7 @@ def build_request(
     flashinfer_sampler = _env_switch(env, "VLLM_USE_FLASHINFER_SAMPLER", "flashinfer_sampler", out) \
         if engine == "vllm" else None
     use_v1 = _env_switch(env, "VLLM_USE_V1", "use_v1", out) if engine == "vllm" else None
+    mla_disable = engine == "vllm" and bool(_env_switch(env, "VLLM_MLA_DISABLE", "mla_disable", out))
 
     gpu, gpu_source = hardware.gpu, hardware.gpu_source
     if gpu is not None:
@@ -387,6 +388,7 @@ def build_request(
         max_model_len_cap_tokens=cap,
         allow_long_max_model_len=allow_long,
         flashinfer_sampler=flashinfer_sampler,
+        mla_disable=mla_disable,
         use_v1=use_v1,
         lora_slots=lora,
         mamba_cache_dtype=_plain(text("mamba_cache_dtype"), "mamba_cache_dtype", names, site, out)
@@ -589,7 +591,7 @@ def apply_hardware(request: DeploymentRequest, *, gpu: str | None = None,
 
 def _env_switch(env: dict[str, str] | None, name: str, key: str, out: _Collect) -> bool | None:
     """A vLLM environment switch read as bool(int(...)) in vllm/envs.py (VLLM_USE_FLASHINFER_SAMPLER,
-    VLLM_USE_V1); None where unset, and named as unresolved where it is not 0 or 1."""
+    VLLM_USE_V1, VLLM_MLA_DISABLE); None where unset, and named as unresolved where it is not 0 or 1."""
     raw = (env or {}).get(name)
     if raw is None:
         return None

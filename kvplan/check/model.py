@@ -98,6 +98,7 @@ class DeploymentRequest:
     max_model_len_cap_tokens: int | None = None  # TGI < 3 without --max-total-tokens: min(context, 4096)
     allow_long_max_model_len: bool = False  # env VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     flashinfer_sampler: bool | None = None  # env VLLM_USE_FLASHINFER_SAMPLER=1 / =0 (None: unset)
+    mla_disable: bool = False  # env VLLM_MLA_DISABLE=1: DeepSeek caches per-head K/V, not its MLA latent
     use_v1: bool | None = None  # env VLLM_USE_V1=1 / =0 (None: unset); chooses the engine up to 0.10
     # vLLM --enable-lora: (--max-loras, --max-lora-rank, --fully-sharded-loras)
     lora_slots: tuple[int, int, bool] | None = None

@@ -208,6 +208,11 @@ AllowLong = Annotated[
         rich_help_panel=VLLM,
     ),
 ]
+MlaDisable = Annotated[
+    bool | None,
+    typer.Option("--mla-disable", help="As VLLM_MLA_DISABLE=1: DeepSeek caches K and V per head, not MLA.",
+                 rich_help_panel=VLLM),
+]
 FlashinferSampler = Annotated[
     bool, typer.Option("--flashinfer-sampler", help="As VLLM_USE_FLASHINFER_SAMPLER=1: V1 samples with FlashInfer.",
                        rich_help_panel=VLLM)

@@ -95,6 +95,7 @@ class VllmFlags:
     compile_cache: str = "cold"  # COMPILE_CACHES
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     flashinfer_sampler: bool | None = None  # VLLM_USE_FLASHINFER_SAMPLER=1 / =0; None: unset (_sampler_path)
+    mla_disable: bool = False  # VLLM_MLA_DISABLE=1 (vllm_mla.dense_mla_reason)
     split: WeightSplit = NO_SPLIT  # expert parallel and CPU offload (vllm_memory.WeightSplit)
     lora: LoraSlots | None = None  # --enable-lora with --max-loras / --max-lora-rank (vllm_lora)
     # The dtype bitsandbytes 4-bit layers compute in: "bfloat16" (vLLM's own) or "model" (Unsloth's patched
@@ -421,7 +422,7 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         flashinfer_sampler=flags.flashinfer_sampler,
         rocm=gpu.vendor == "amd",
         v0_fallback=fallback.feature if fallback is not None and engine == "v0" else None,
-        mla_dense=dense_mla_reason(model, rules, flags.version, quant),
+        mla_dense=dense_mla_reason(model, rules, flags.version, quant, disabled=flags.mla_disable),
     )
 
 

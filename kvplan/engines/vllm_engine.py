@@ -59,6 +59,7 @@ class VllmOptions:
     kv_cache_memory_bytes: int | None = None
     allow_long_max_model_len: bool = False  # the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     flashinfer_sampler: bool | None = None  # the env var VLLM_USE_FLASHINFER_SAMPLER (1/0); None: unset
+    mla_disable: bool = False  # the env var VLLM_MLA_DISABLE=1: DeepSeek on the per-head attention path
     lora: LoraSlots | None = None  # --enable-lora: slots for --max-loras adapters of --max-lora-rank
     mamba_cache_dtype: str = "auto"  # --mamba-cache-dtype (Mamba / DeltaNet conv state)
     mamba_ssm_cache_dtype: str = "auto"  # --mamba-ssm-cache-dtype (their SSM / recurrent state)
@@ -168,6 +169,7 @@ def _flags(d: Deployment, o: VllmOptions) -> VllmFlags:
         compile_cache=o.compile_cache,
         allow_long_max_model_len=o.allow_long_max_model_len,
         flashinfer_sampler=o.flashinfer_sampler,
+        mla_disable=o.mla_disable,
         # Expert parallel spreads whole experts over the tp x dp ranks of the EP group (FusedMoE's EP).
         split=WeightSplit(
             expert_ranks=p.tp * p.dp if p.expert_parallel else None,
@@ -317,6 +319,8 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
                    "runs there)")
     if f.mla_dense is not None:
         out.append(_mla_dense_note(d.model, f))
+    elif isinstance(d.engine, VllmOptions) and d.engine.mla_disable:
+        out.append(f"VLLM_MLA_DISABLE=1 changes nothing here: {d.model.name} has no MLA layer")
     if f.v0_fallback is not None:
         out.append(f"vLLM {f.version} does not run {f.v0_fallback} on its V1 engine and falls back to V0: "
                    "planned as V0 (VLLM_USE_V1 unset)")

@@ -1,8 +1,9 @@
-"""When vLLM caches an MLA model's per-head K and V instead of its latent, and what that cache holds.
+"""When vLLM caches an MLA model's per-head K and V instead of its latent, and what MLA layers keep after loading.
 
 DeepSeek-V2/V3 run on vLLM's plain attention path wherever ModelConfig.use_mla is false: every release before
-0.7.1 (there was no MLA cache yet), and 0.7.1-0.7.2 for a checkpoint quantized other than fp8 (config.py
-`use_mla`: "MLA is not supported with %s quantization. Disabling MLA."). That path (DeepseekV2Attention) caches
+0.7.1 (there was no MLA cache yet), 0.7.1-0.7.2 for a checkpoint quantized other than fp8 (config.py
+`use_mla`: "MLA is not supported with %s quantization. Disabling MLA."), and wherever the user sets
+VLLM_MLA_DISABLE=1. That path (DeepseekV2Attention) caches
 K and V for every head: `Attention(num_local_heads, qk_head_dim, num_kv_heads=num_local_heads)`, V padded to
 K's width, and V0's CacheEngine sizes it by ModelConfig.get_head_size(), which 0.6.x hard-codes to 256
 ("FlashAttention supports only head_size 32, 64, 128, 256") and 0.7.0 makes qk_nope + qk_rope_head_dim.
@@ -26,13 +27,17 @@ from kvplan.units import cdiv
 MLA_QUANTIZATIONS = ("fp8",)
 
 
-def dense_mla_reason(model: ModelSpec, rules: VllmRules, version: str, quantization: str | None) -> str | None:
+def dense_mla_reason(model: ModelSpec, rules: VllmRules, version: str, quantization: str | None, *,
+                     disabled: bool = False) -> str | None:
     """Why this release caches the MLA model's per-head K/V, or None where it caches the latent (or the model
-    has no MLA layer). `quantization`: the checkpoint's method, else --quantization."""
+    has no MLA layer). `quantization`: the checkpoint's method, else --quantization. `disabled`: the user set
+    VLLM_MLA_DISABLE=1 (envs.py from 0.7.1; ModelConfig.use_mla is then false in every release)."""
     if not any(spec.kind == LayerKind.MLA for spec in model.layers):
         return None
     if not rules.mla_latent:
         reason = f"vLLM {version} has no MLA cache (it came in 0.7.1)"
+    elif disabled:
+        reason = "VLLM_MLA_DISABLE=1 turns MLA off"
     elif rules.mla_quant_gate and quantization is not None and quantization not in MLA_QUANTIZATIONS:
         reason = f"vLLM {version} turns MLA off for {quantization} weights (fp8 only until 0.7.3)"
     else:
