@@ -3,13 +3,13 @@
 DeepSeek-V2/V3 run on vLLM's plain attention path wherever ModelConfig.use_mla is false: every release before
 0.7.1 (there was no MLA cache yet), 0.7.1-0.7.2 for a checkpoint quantized other than fp8 (config.py
 `use_mla`: "MLA is not supported with %s quantization. Disabling MLA."), and wherever the user sets
-VLLM_MLA_DISABLE=1. That path (DeepseekV2Attention) caches
-K and V for every head: `Attention(num_local_heads, qk_head_dim, num_kv_heads=num_local_heads)`, V padded to
-K's width, and V0's CacheEngine sizes it by ModelConfig.get_head_size(), which 0.6.x hard-codes to 256
-("FlashAttention supports only head_size 32, 64, 128, 256") and 0.7.0 makes qk_nope + qk_rope_head_dim.
+VLLM_MLA_DISABLE=1. That path (DeepseekV2Attention) caches K and V for every head:
+`Attention(num_local_heads, qk_head_dim, num_kv_heads=num_local_heads)`, V padded to K's width, and V0's
+CacheEngine sizes it by ModelConfig.get_head_size(), which 0.6.x hard-codes to 256 ("FlashAttention supports
+only head_size 32, 64, 128, 256") and 0.7.0 makes qk_nope + qk_rope_head_dim. DeepSeek-V3 with an AWQ
+checkpoint on 0.7.2, one GPU: 128 heads x 2 x 192 x 2 B = 98,304 B a token a layer, 85x the latent's 1,152 B.
 
-DeepSeek-V3 in bf16 on 0.7.2 with an AWQ checkpoint: 128 heads x 2 x 192 x 2 B = 98,304 B a token a layer,
-85x the latent's 1,152 B.
+Where MLA is on, its layers keep decode matrices beside the checkpoint's weights (mla_kept_bytes).
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ def dense_mla_layer(spec: LayerSpec, model: ModelSpec, rules: VllmRules) -> Laye
     assert mla is not None  # read_geometry reads the MLA dims whenever a layer is MLA
     head = rules.mla_dense_head or mla.qk_nope_head_dim + mla.qk_rope_head_dim
     return FullAttentionSpec(num_kv_heads=model.num_attention_heads, head_dim=head)
-
 
 
 def mla_kept_bytes(model: ModelSpec, rules: VllmRules, *, dtype: str, tp: int, quantization: str | None) -> int:
