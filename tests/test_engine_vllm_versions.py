@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from kvplan.engines.vllm import VllmFlags, plan_vllm, resolve_flags
-from kvplan.engines.vllm_memory import CONTEXT_BYTES
+from kvplan.engines.vllm import VllmFlags, fused_moe_scratch, plan_vllm, resolve_flags
+from kvplan.engines.vllm_memory import CONTEXT_BYTES, moe_workspace_bytes
 from kvplan.engines.vllm_mla import mla_kept_bytes
 from kvplan.engines.vllm_versions import NEWEST, RULES, parse_release, rules_for
 from kvplan.errors import FieldError
@@ -91,6 +91,15 @@ CHANGES = [
     # present at 0.7.2 and 0.7.3, absent at 0.7.1 and 0.8.0.
     ("0.7.1", "0.7.2", "mla_page_align", False, True),
     ("0.7.3", "0.8.0", "mla_page_align", True, False),
+    # model_executor/layers/fused_moe/fused_moe.py fused_experts_impl: three caches at 0.7.3, cache13 (the first
+    # and third sharing one buffer) from 0.8.0; 0.14.0's UnquantizedFusedMoEMethod runs TritonExperts in the
+    # workspace manager. envs.py VLLM_FUSED_MOE_CHUNK_SIZE: "32768" to 0.11.2, "16384" at 0.12.0, gone at 0.18.0.
+    # fused_marlin_moe: two marlin_gemm_moe calls to 0.8.4, moe_wna16_marlin_gemm into cache13 from 0.8.5.
+    ("0.7.3", "0.8.0", "moe_scratch", "three", "cache13"),
+    ("0.13.0", "0.14.0", "moe_scratch", "cache13", "workspace"),
+    ("0.11.2", "0.12.0", "moe_chunk_tokens", 32_768, 16_384),
+    ("0.17.1", "0.18.0", "moe_chunk_tokens", 16_384, None),
+    ("0.8.4", "0.8.5", "moe_marlin_old", True, False),
     ("0.7.3", "0.8.0", "default_engine", "v0", "v1"),
     ("0.7.3", "0.8.0", "sampler_warmup", False, True),
     ("0.7.3", "0.8.0", "v1_sampler", "logits", "sort"),
@@ -789,3 +798,30 @@ def test_vllm_mla_disable_caches_per_head_on_any_release(runner):
     out = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--seq", "8192",
                   "--mla-disable")
     assert "VLLM_MLA_DISABLE=1 changes nothing here" in " ".join(out.stdout.split())
+
+
+def test_the_fused_moe_scratch_per_release():
+    # Qwen3-30B-A3B at 8,192 tokens, bf16, tp 1: top_k 8, I = 768, H = 2,048, 65,536 rows.
+    # 0.7.3 (three caches): 65,536 x (1,536 + 768 + 2,048) x 2 B = 570,425,344 B.
+    # 0.10.2 (cache13): 65,536 x (max(1,536, 2,048) + 768) x 2 = 369,098,752 B.
+    # 0.19 (TritonExperts): 65,536 x (max(768, 2,048) + max(1,536, 2,048)) x 2 = 536,870,912 B.
+    # At 32,768 tokens 0.12-0.17 chunk to 16,384 (262,144 -> 131,072 rows), 0.18+ does not.
+    qwen = _model("Qwen/Qwen3-30B-A3B")
+
+    def scratch(version, tokens=8192):
+        kind, chunk, _ = fused_moe_scratch(qwen, resolve_flags(qwen, VllmFlags(version=version), H100))
+        return moe_workspace_bytes(qwen, dtype="bfloat16", tp=1, max_num_batched_tokens=tokens, scratch=kind,
+                                   chunk_tokens=chunk)
+
+    assert [scratch(v) for v in ("0.7.3", "0.10.2", "0.19.0")] == [570_425_344, 369_098_752, 536_870_912]
+    assert scratch("0.17.1", 32768) == 131_072 * 4_096 * 2 and scratch("0.18.0", 32768) == 262_144 * 4_096 * 2
+    # DeepSeek-V3 AWQ at tp 8 on 0.7.3 runs Marlin (no chunking): 32,768 tokens x 8 x (3 x 256 + 7,168) +
+    # 32,768 x max(8 x 256, 7,168), x 2 B = 4,630,511,616 B; from 0.8.5 Marlin writes into cache13.
+    v3 = _model("deepseek-ai/DeepSeek-V3")
+    awq = dataclasses.replace(v3, quant=QuantSpec("awq", 4, group_size=128, scale_bytes=2, zero_point_bits=4))
+    def marlin(version):
+        return fused_moe_scratch(awq, resolve_flags(awq, VllmFlags(version=version, tensor_parallel_size=8), H100))
+
+    assert marlin("0.7.3") == ("marlin_old", None, False) and marlin("0.19.0") == ("marlin", None, False)
+    assert moe_workspace_bytes(awq, dtype="bfloat16", tp=8, max_num_batched_tokens=32768, scratch="marlin_old") == \
+        4_630_511_616

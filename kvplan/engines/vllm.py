@@ -619,8 +619,13 @@ def _sampler_shards(f: ResolvedFlags) -> int:
     return f.tp if f.runner == "v2" and f.rules.v2_sharded_sampling else 1
 
 
-def _moe_workspace_kept(f: ResolvedFlags) -> bool:
-    return f.engine == "v1" and f.rules.moe_workspace_kept
+def fused_moe_scratch(model: ModelSpec, f: ResolvedFlags) -> tuple[str, int | None, bool]:
+    """The fused-MoE buffers this release allocates (vllm_memory.moe_workspace_bytes), its token chunk, and
+    whether they outlive the forward. AWQ/GPTQ experts run Marlin (fused_marlin_moe: no chunking, nothing
+    kept); the rest run fused_experts_impl, then (0.14+) TritonExperts in the workspace manager."""
+    if model.quant is not None and model.quant.method in ("awq", "gptq"):
+        return ("marlin_old" if f.rules.moe_marlin_old else "marlin"), None, False
+    return f.rules.moe_scratch, f.rules.moe_chunk_tokens, f.engine == "v1" and f.rules.moe_workspace_kept
 
 
 def mxfp4_backend(rules: VllmRules, install: str, gpu: GpuSpec) -> Mxfp4Backend | None:
@@ -677,11 +682,12 @@ def plan_vllm(
         # vllm/config/model.py 0.28: "Unknown quantization method: bitsandbytes. Must be one of [...]"
         raise FieldError("engine.version", f"vLLM {f.version} has no bitsandbytes quantization (0.27 is the "
                          "last release with it)", f.version)
+    moe_scratch, moe_chunk, moe_kept = fused_moe_scratch(model, f)
     memories = stage_memory(
         model, dtype=f.dtype, tp=f.tp, pp=f.pp, quantization=VLLM_RUNTIME.get(f.quantization or "", f.quantization),
         max_num_batched_tokens=f.max_num_batched_tokens, max_num_seqs=f.max_num_seqs, non_torch=non_torch,
-        charge_context=charge_context, sampler=_sampler_path(f), moe_workspace_kept=_moe_workspace_kept(f),
-        encoder=encoder,
+        charge_context=charge_context, sampler=_sampler_path(f), moe_workspace_kept=moe_kept,
+        moe_scratch=moe_scratch, moe_chunk_tokens=moe_chunk, encoder=encoder,
         checkpoint_bytes=checkpoint_bytes, split=flags.split, mxfp4_backend=mxfp4,
         lora=flags.lora, lora_extra_vocab=rules.lora_extra_vocab,
         draft=model.mtp.param_groups if f.num_speculative_tokens and model.mtp is not None else (),
@@ -791,9 +797,10 @@ def _warmup(
     if not f.rules.sampler_warmup or f.runner == "v2":
         return None
     rows = min(f.max_num_seqs, f.max_num_batched_tokens)
+    scratch, chunk, kept = fused_moe_scratch(model, f)
     need = activation_peak_bytes(model, dtype=f.dtype, tp=f.tp, max_num_batched_tokens=rows, max_num_seqs=rows,
-                                 runs_sampler=True, sampler=_sampler_path(f),
-                                 moe_workspace_kept=_moe_workspace_kept(f))
+                                 runs_sampler=True, sampler=_sampler_path(f), moe_workspace_kept=kept,
+                                 moe_scratch=scratch, moe_chunk_tokens=chunk)
     nt = last.memory.non_torch
     kv = num_blocks * last.layout.bytes_per_block
     twice = graphs if f.rules.cudagraphs_profiled and _moe_kernel(model) == "mxfp4" else 0

@@ -363,22 +363,38 @@ def weights_per_stage(
     return out
 
 
-def moe_workspace_bytes(model: ModelSpec, *, dtype: str, tp: int, max_num_batched_tokens: int) -> int:
-    """vLLM's fused-MoE (Triton experts) scratch for one forward of T tokens, on one rank.
+MOE_SCRATCH = ("three", "cache13", "workspace", "marlin_old", "marlin")
 
-    TritonExperts.workspace_shapes asks for two buffers of T x top_k rows in the activation dtype:
-    max(I, H) wide (the activation output, then the down projection) and max(2I, H) wide (the fused gate/up
-    projection), I = the expert MLP width / tp and H = hidden. vLLM's workspace manager keeps them allocated
-    after the forward. Qwen3-30B-A3B, T = 8,192, top_k 8, I = 768, H = 2,048, bf16: 65,536 x (2,048 + 2,048)
-    x 2 B = 0.50 GiB, the gap between its logged peak (2.68 GiB) and its sampler peak (2.21 GiB). gpt-oss's
-    mxfp4 experts run OpenAI's Triton kernels instead, which take no such workspace: 0 for them.
+
+def moe_workspace_bytes(model: ModelSpec, *, dtype: str, tp: int, max_num_batched_tokens: int,
+                        scratch: str = "workspace", chunk_tokens: int | None = None) -> int:
+    """vLLM's fused-MoE scratch for one forward of T tokens, on one rank, as each release allocates it
+    (fused_moe.py per sdist; docs/engine-rules.md 1.5). Rows are Tc x top_k, Tc = min(T, chunk_tokens) (the
+    VLLM_FUSED_MOE_CHUNK_SIZE loop), in the activation dtype; I = the expert MLP width / tp, H = hidden:
+
+    - "three" (0.6-0.7, fused_experts_impl): three caches alive together, 2I, I and H wide.
+    - "cache13" (0.8-0.13): the first and third share one buffer, max(2I, H) wide, beside the I-wide one.
+    - "workspace" (0.14+, TritonExperts.workspace_shapes): max(I, H) and max(2I, H) wide, kept by the
+      workspace manager. Qwen3-30B-A3B, T = 8,192, top_k 8, I = 768, H = 2,048, bf16: 65,536 x (2,048 +
+      2,048) x 2 B = 0.50 GiB, the gap between its logged peak (2.68 GiB) and its sampler peak (2.21 GiB) on
+      0.19; on 0.10.2, 65,536 x (2,048 + 768) x 2 B = 0.34 GiB.
+    - AWQ/GPTQ experts run Marlin (fused_marlin_moe, no chunking): "marlin_old" (to 0.8.4, two marlin_gemm_moe
+      calls and the top_k sum: T x top_k x (3I + H) + T x max(top_k x I, H)), then "marlin" as "cache13".
+
+    gpt-oss's mxfp4 experts run OpenAI's Triton kernels instead, which take no such workspace: 0 for them.
     """
     moe = model.geometry.moe
     if moe is None or not moe.experts_per_token or (model.quant is not None and model.quant.method == "mxfp4"):
         return 0
-    inter = cdiv(moe.expert_intermediate_size, tp)
-    rows = max_num_batched_tokens * moe.experts_per_token
-    return rows * (max(inter, model.hidden_size) + max(2 * inter, model.hidden_size)) * weight_dtype_bytes(dtype)
+    inter, hidden, k = cdiv(moe.expert_intermediate_size, tp), model.hidden_size, moe.experts_per_token
+    tokens = max_num_batched_tokens if chunk_tokens is None else min(max_num_batched_tokens, chunk_tokens)
+    if scratch == "marlin_old":
+        values = tokens * k * (3 * inter + hidden) + tokens * max(k * inter, hidden)
+    else:
+        width = {"three": 3 * inter + hidden, "cache13": max(2 * inter, hidden) + inter, "marlin": max(2 * inter,
+                 hidden) + inter, "workspace": max(inter, hidden) + max(2 * inter, hidden)}[scratch]
+        values = tokens * k * width
+    return values * weight_dtype_bytes(dtype)
 
 
 # bitsandbytes 4-bit layers compute in bfloat16 (stock vLLM) or in the model's dtype (Unsloth's patch).
@@ -444,7 +460,8 @@ def compile_clone_bytes(model: ModelSpec, *, dtype: str, tp: int, max_num_batche
 def activation_peak_bytes(
     model: ModelSpec, *, dtype: str, tp: int, max_num_batched_tokens: int, max_num_seqs: int, runs_sampler: bool,
     sampler: str = "triton", encoder: EncoderProfile | None = None, moe_workspace_kept: bool = True,
-    bnb_4bit: str | None = None, sampler_shards: int = 1,
+    bnb_4bit: str | None = None, sampler_shards: int = 1, moe_scratch: str = "workspace",
+    moe_chunk_tokens: int | None = None,
 ) -> int:
     """The torch peak of vLLM's profiling run on one rank (see the coefficients above).
 
@@ -454,6 +471,7 @@ def activation_peak_bytes(
     so it adds to the sampler's peak; before, fused_experts allocates it per call and it adds to the
     forward's only. `bnb_4bit`: the model's linears are bitsandbytes 4-bit, computed in BNB_COMPUTE's dtype.
     `sampler_shards`: the ranks the sampled rows are split over (V2's batch-sharded sampling, 0.29+: tp).
+    `moe_scratch`, `moe_chunk_tokens`: the release's fused-MoE buffers (moe_workspace_bytes).
     """
     if encoder is not None and encoder.lm_tokens is not None and encoder.lm_rows is not None:
         # V0: the multimodal prompts set the language model's forward and the sampler's rows (vllm_encoder).
@@ -463,7 +481,8 @@ def activation_peak_bytes(
     forward = FWD_BASE_BYTES + FWD_PER_TOKEN_WIDTH * max_num_batched_tokens * b * (inter + model.hidden_size)
     if bnb_4bit is not None:
         forward += bnb_4bit_forward_bytes(model, compute=bnb_4bit, dtype=dtype, tp=tp, tokens=max_num_batched_tokens)
-    moe = moe_workspace_bytes(model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens)
+    moe = moe_workspace_bytes(model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
+                              scratch=moe_scratch, chunk_tokens=moe_chunk_tokens)
     kept = moe if moe_workspace_kept else 0
     peak = forward + moe - kept
     if runs_sampler:
@@ -503,6 +522,8 @@ def stage_memory(
     intermediate_charged: bool = True,
     sampler_state_bytes: int = 0,
     mla_layer_bytes: int = 0,
+    moe_scratch: str = "workspace",
+    moe_chunk_tokens: int | None = None,
 ) -> tuple[StageMemory, ...]:
     """Weights, activation peak and non-torch memory on a rank of each pipeline stage.
 
@@ -515,6 +536,7 @@ def stage_memory(
     stages' receive buffers count in the budget (intermediate_bytes). `sampler_state_bytes`: persistent sampler
     state the budget counts on the last stage (v2_sampler_state_bytes; 0 where none is counted).
     `mla_layer_bytes`: what each MLA layer, the draft's too, keeps beside its weights (vllm_mla.mla_kept_bytes).
+    `moe_scratch`, `moe_chunk_tokens`: the release's fused-MoE buffers (moe_workspace_bytes).
     """
     elem = weight_dtype_bytes(dtype)
     quant = model.quant or (runtime_quant(quantization) if quantization else None)
@@ -546,7 +568,8 @@ def stage_memory(
         run_peak = received + activation_peak_bytes(
             model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
             runs_sampler=last, sampler=sampler, encoder=enc, moe_workspace_kept=moe_workspace_kept,
-            bnb_4bit=bnb_4bit, sampler_shards=sampler_shards,
+            bnb_4bit=bnb_4bit, sampler_shards=sampler_shards, moe_scratch=moe_scratch,
+            moe_chunk_tokens=moe_chunk_tokens,
         )
         out.append(
             StageMemory(

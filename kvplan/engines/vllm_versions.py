@@ -67,6 +67,9 @@ class VllmRules:
     v1_sampler: str = "logits"  # "logits" (all tokens, no sampler), "sort" (PyTorch), "triton" [1.5]
     image_sampler: str | None = None  # the official image's sampler where its FlashInfer changes it [1.5]
     moe_workspace_kept: bool = False  # the fused-MoE scratch outlives the forward (workspace manager) [1.5]
+    moe_scratch: str = "three"  # the fused-MoE buffers a forward allocates (vllm_memory.MOE_SCRATCH) [1.5]
+    moe_chunk_tokens: int | None = 32_768  # VLLM_FUSED_MOE_CHUNK_SIZE's default (None: no chunking) [1.5]
+    moe_marlin_old: bool = True  # AWQ/GPTQ experts through the first Marlin MoE kernel (to 0.8.4) [1.5]
     capture_rule: str = "v1_512"  # "v1_512", "v1_2seqs", "v1_2seqs_16" [1.6]
     full_graphs: bool = False  # FULL_AND_PIECEWISE: a full decode set beside the piecewise one [1.6]
     blackwell_1024: bool = False  # capture up to 1,024 on data-center Blackwell [1.6]
@@ -193,14 +196,16 @@ def _changes() -> tuple[VllmRules, ...]:
     # opt-in), so a wheel runs PyTorch's sort; the vllm/vllm-openai image ships it (vllm-project/vllm#6172):
     # 0.8's image FlashInfer 0.2.1.post2 (a stored Dockerfile copy; below the 0.2.3 that 0.8 falls back on) uses
     # softmax probabilities; 0.9-0.11's newer one samples from the logits via top_k_mask_logits then softmax.
-    change((0, 8, 0), "V1 is the default engine; sampler warm-up after the KV cache; FlashInfer in the image",
+    change((0, 8, 0), "V1 is the default engine; sampler warm-up after the KV cache; FlashInfer in the image; "
+           "fused-MoE caches 1 and 3 share a buffer",
            default_engine="v1", sampler_warmup=True, v1_sampler="sort", image_sampler="flashinfer_probs",
-           mla_weights="kv_b", mla_page_align=False)
+           mla_weights="kv_b", mla_page_align=False, moe_scratch="cache13")
     change((0, 8, 3), "V1 keeps a null block", null_block=True)
     # 0.8.4's _set_default_args_v1: 1,024 sequences for H100/H200 only, 256 elsewhere (1,024 everywhere before).
     change((0, 8, 4), "V1 batch defaults by device name, sequences too (others: 256)", v1_batch_rule="name_seqs")
-    change((0, 8, 5), "V1 batch defaults by memory (>= 70 GiB: 8,192 tokens, 1,024 seqs); block size 1",
-           v1_batch_rule="memory", block_sizes=(1, 8, 16, 32, 64, 128))
+    change((0, 8, 5), "V1 batch defaults by memory (>= 70 GiB: 8,192 tokens, 1,024 seqs); block size 1; "
+           "the second Marlin MoE kernel",
+           v1_batch_rule="memory", block_sizes=(1, 8, 16, 32, 64, 128), moe_marlin_old=False)
     change((0, 9, 0), "A100s get the small-GPU batch defaults; the image's FlashInfer samples from logits",
            v1_batch_rule="memory_not_a100", image_sampler="flashinfer_logits")
     # 0.9.1's call_hf_processor (vllm/inputs/registry.py) casts every floating processor output to the model
@@ -226,21 +231,22 @@ def _changes() -> tuple[VllmRules, ...]:
            batch_caps=True, v1_chunked_optional=True, compile_clone=True, capture_rule="v1_2seqs_16",
            image_sampler=None, block_sizes=(1, 8, 16, 32, 64, 128, 256), lora_graph_cases=True,
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"))
-    change((0, 12, 0), "no LoRA extra vocabulary; FlashInfer and triton_kernels in every install",
-           lora_extra_vocab=0, mxfp4_triton="vendored", flashinfer_dependency=True)
+    change((0, 12, 0), "no LoRA extra vocabulary; FlashInfer and triton_kernels in every install; MoE chunks "
+           "of 16,384 tokens",
+           lora_extra_vocab=0, mxfp4_triton="vendored", flashinfer_dependency=True, moe_chunk_tokens=16_384)
     change((0, 13, 0), "Nemotron-H's SSM state: the config's mamba_ssm_cache_dtype, else float16; capture sizes "
            "sized by speculative decode steps; KV refusals link the docs", nemotron_ssm_default="float16",
            capture_spec_len=True, kv_refusal_wording="docs_link")
-    change((0, 14, 0), "requested = ceil(total x util); the fused-MoE workspace is kept between steps; the "
-           "start-up check names the device",
-           requested_ceil=True, moe_workspace_kept=True, startup_check="device")
+    change((0, 14, 0), "requested = ceil(total x util); the fused-MoE runs TritonExperts, whose workspace is "
+           "kept between steps; the start-up check names the device",
+           requested_ceil=True, moe_workspace_kept=True, startup_check="device", moe_scratch="workspace")
     # 0.15's MambaModelConfig: prefix caching on a hybrid sets mamba_cache_mode "all" (models that support
     # Mamba prefix caching) or "align" (the rest: gated DeltaNet), and MambaSpec.max_memory_usage_bytes then
     # counts 2 state pages a request in "align" mode, cdiv(max_model_len, block) in "all" (1 with it off).
     change((0, 15, 0), "prefix caching on a hybrid: mamba_cache_mode align/all", mamba_cache_modes=True)
     change((0, 17, 0), "Triton top-k/top-p sampler", v1_sampler="triton")
     change((0, 18, 0), "CUDA-graph memory profiled before the KV cache (not subtracted); any block size; float16 "
-           "KV spelling", cudagraphs_profiled=True, block_sizes=None,
+           "KV spelling; no MoE chunking", cudagraphs_profiled=True, block_sizes=None, moe_chunk_tokens=None,
            kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc",
                             "fp8_ds_mla"))
     # vllm#38270 (merged 2026-03) made resolve_cudagraph_mode_and_sizes raise where it had capped the capture
