@@ -728,6 +728,12 @@ def test_mla_falls_back_to_per_head_kv_before_0_7_1_and_for_non_fp8_checkpoints_
                   "--vllm-version", "0.7.0")
     assert "vLLM 0.7.0 has no MLA cache (it came in 0.7.1): each layer caches K and V for every head, 12,288 B" \
         in " ".join(out.stdout.split())
+    # Per-head K/V is split by tp, so the plan does not claim the latent is whole on every rank (0.8.0 does).
+    def notes(version):
+        return " ".join(run_cli(runner, "estimate", "deepseek-ai/DeepSeek-V3", "--gpu", "H200", "--tp", "8", "--seq",
+                                "8192", "--vllm-version", version).stdout.split())
+
+    assert "the MLA latent is not split" not in notes("0.7.0") and "the MLA latent is not split" in notes("0.8.0")
 
 
 def test_mla_layers_keep_absorbed_or_dequantized_matrices_beside_their_weights():

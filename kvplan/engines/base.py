@@ -146,6 +146,8 @@ class EngineAccount:
     notes: tuple[str, ...] = ()
     detail: Mapping[str, Any] = field(default_factory=dict)  # the engine's own report, as plain data
     calibration: Calibration | None = None
+    # MLA layers cached as per-head K/V, which tp splits (vLLM with MLA off: vllm_mla), not as the latent
+    mla_per_head: bool = False
     per_request_at: Callable[[int], tuple[int, ...]] | None = field(default=None, compare=False, repr=False)
 
 

@@ -470,6 +470,7 @@ class VllmEngine:
             log_lines=r.log_lines,
             notes=tuple(_notes(d, r, _other_install_kv(d, flags, r))),
             detail=r.to_dict(),
+            mla_per_head=r.flags.mla_dense is not None,
             calibration=calibration_for(d.model, d.gpu, r.flags.rules, r.flags.engine, o.version,
                                         profiled=r.profile),
             per_request_at=lambda length: (layout.blocks_per_request(length, batched),),

@@ -130,8 +130,9 @@ def longest_context(account: EngineAccount, requests: int, upper: int) -> int:
     return lo
 
 
-def _notes(d: Deployment) -> list[str]:
-    """Facts of the deployment that explain its figures, whatever the engine."""
+def _notes(d: Deployment, account: EngineAccount) -> list[str]:
+    """Facts of the deployment that explain its figures, whatever the engine (an MLA latent's only where the
+    engine caches it)."""
     out = []
     tp = d.parallelism.tp // (d.parallelism.dp if d.parallelism.dp_attention else 1)
     kv_heads = {s.num_kv_heads for s in d.model.layers if hasattr(s, "num_kv_heads")}
@@ -141,7 +142,8 @@ def _notes(d: Deployment) -> list[str]:
                 f"tp {tp} exceeds the {h} KV heads: each rank keeps {kv_heads_per_rank(h, tp)} head, replicated "
                 f"on {tp // h} ranks, so KV per GPU stops shrinking beyond tp {h}"
             )
-    if any(getattr(s, "kind", "") == "mla" for s in d.model.layers) and tp > 1 and not d.parallelism.dp_attention:
+    if any(getattr(s, "kind", "") == "mla" for s in d.model.layers) and tp > 1 and not d.parallelism.dp_attention \
+            and not account.mla_per_head:
         out.append(f"the MLA latent is not split by tensor parallelism: each of the {tp} ranks holds all of it")
     limit = d.model.max_position_embeddings
     if limit and d.max_model_len > limit:
@@ -186,6 +188,6 @@ def plan(d: Deployment, *, detail: bool = True) -> Verdict:
         limit=limit,
         max_requests=per_cache * caches,
         longest_context_tokens=longest,
-        notes=tuple(_notes(d)) + account.notes,
+        notes=tuple(_notes(d, account)) + account.notes,
         workload=workload_concurrency(account, d.workload, caches) if detail else None,
     )
