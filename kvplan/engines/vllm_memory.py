@@ -11,6 +11,7 @@ the sampler over max_num_seqs rows (and, for multimodal models, the vision encod
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from kvplan.capacity.kv import pp_stage_layers
@@ -363,7 +364,13 @@ def weights_per_stage(
     return out
 
 
-MOE_SCRATCH = ("three", "cache13", "workspace", "marlin_old", "marlin")
+# Values a row (a token's top_k copies) of each fused-MoE scratch kind holds; i = expert width / tp, h = hidden.
+MOE_ROW_VALUES: dict[str, Callable[[int, int], int]] = {
+    "three": lambda i, h: 2 * i + i + h,
+    "cache13": lambda i, h: max(2 * i, h) + i,
+    "marlin": lambda i, h: max(2 * i, h) + i,
+    "workspace": lambda i, h: max(i, h) + max(2 * i, h),
+}
 
 
 def moe_workspace_bytes(model: ModelSpec, *, dtype: str, tp: int, max_num_batched_tokens: int,
@@ -391,9 +398,7 @@ def moe_workspace_bytes(model: ModelSpec, *, dtype: str, tp: int, max_num_batche
     if scratch == "marlin_old":
         values = tokens * k * (3 * inter + hidden) + tokens * max(k * inter, hidden)
     else:
-        width = {"three": 3 * inter + hidden, "cache13": max(2 * inter, hidden) + inter, "marlin": max(2 * inter,
-                 hidden) + inter, "workspace": max(inter, hidden) + max(2 * inter, hidden)}[scratch]
-        values = tokens * k * width
+        values = tokens * k * MOE_ROW_VALUES[scratch](inter, hidden)
     return values * weight_dtype_bytes(dtype)
 
 

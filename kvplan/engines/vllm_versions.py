@@ -67,7 +67,7 @@ class VllmRules:
     v1_sampler: str = "logits"  # "logits" (all tokens, no sampler), "sort" (PyTorch), "triton" [1.5]
     image_sampler: str | None = None  # the official image's sampler where its FlashInfer changes it [1.5]
     moe_workspace_kept: bool = False  # the fused-MoE scratch outlives the forward (workspace manager) [1.5]
-    moe_scratch: str = "three"  # the fused-MoE buffers a forward allocates (vllm_memory.MOE_SCRATCH) [1.5]
+    moe_scratch: str = "three"  # the fused-MoE buffers a forward allocates (vllm_memory.MOE_ROW_VALUES) [1.5]
     moe_chunk_tokens: int | None = 32_768  # VLLM_FUSED_MOE_CHUNK_SIZE's default (None: no chunking) [1.5]
     moe_marlin_old: bool = True  # AWQ/GPTQ experts through the first Marlin MoE kernel (to 0.8.4) [1.5]
     capture_rule: str = "v1_512"  # "v1_512", "v1_2seqs", "v1_2seqs_16" [1.6]
