@@ -100,6 +100,9 @@ CHANGES = [
     ("0.11.2", "0.12.0", "moe_chunk_tokens", 32_768, 16_384),
     ("0.17.1", "0.18.0", "moe_chunk_tokens", 16_384, None),
     ("0.8.4", "0.8.5", "moe_marlin_old", True, False),
+    # worker/worker.py raise_if_cache_size_invalid: block_size x num_gpu_blocks to 0.7.3, x (num_gpu_blocks //
+    # pipeline_parallel_size) from 0.8.0 (the scheduler and cache engine split the blocks in every release).
+    ("0.7.3", "0.8.0", "v0_pp_check_split", False, True),
     ("0.7.3", "0.8.0", "default_engine", "v0", "v1"),
     ("0.7.3", "0.8.0", "sampler_warmup", False, True),
     ("0.7.3", "0.8.0", "v1_sampler", "logits", "sort"),
@@ -831,3 +834,21 @@ def test_the_fused_moe_scratch_per_release():
     assert marlin("0.7.3") == ("marlin_old", None, False) and marlin("0.19.0") == ("marlin", None, False)
     assert moe_workspace_bytes(awq, dtype="bfloat16", tp=8, max_num_batched_tokens=32768, scratch="marlin_old") == \
         4_630_511_616
+
+
+def test_v0_checks_one_pipeline_virtual_engines_blocks_from_0_8(runner):
+    # Llama-3.1-8B at pp 2 on two L4s, 100,000 tokens: the stages' block counts differ (the first holds the
+    # embedding, the last the head) and every worker checks the minimum. 0.8.0+ compare max_model_len with
+    # (blocks // 2) x 16; 0.7.3 with blocks x 16, so it starts, and each virtual engine still schedules from
+    # blocks // 2 (the note says so).
+    plans = {v: plan_vllm(LLAMA, VllmFlags(max_model_len=100_000, version=v, pipeline_parallel_size=2), L4)
+             for v in ("0.7.3", "0.8.5")}
+    assert all(p.flags.engine == "v0" for p in plans.values())
+    blocks = plans["0.8.5"].num_blocks
+    assert blocks == min(s.num_blocks for s in plans["0.8.5"].stages) and blocks * 16 >= 100_000 > blocks // 2 * 16
+    assert plans["0.7.3"].refusal is None
+    assert f"stored in KV cache ({blocks // 2 * 16})" in plans["0.8.5"].refusal.message
+    out = run_cli(runner, "estimate", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4", "--pp", "2", "--seq",
+                  "100000", "--vllm-version", "0.7.3")
+    assert f"over its 2 pipeline virtual engines, {plans['0.7.3'].num_blocks // 2:,} each" in " ".join(
+        out.stdout.split())

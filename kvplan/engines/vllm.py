@@ -923,12 +923,15 @@ def _cache_allocation(f: ResolvedFlags, total: int, stages: list[StageKv], num_b
 
 def _startup_error(stages: list[StageKv], f: ResolvedFlags) -> Refusal | None:
     """The first rank that cannot hold one request: V1's _check_enough_kv_cache_memory, V0's
-    raise_if_cache_size_invalid (which compares tokens, num_gpu_blocks x block_size, with max_model_len)."""
+    raise_if_cache_size_invalid (which compares tokens, num_gpu_blocks x block_size, with max_model_len; from
+    0.8.0 one pipeline virtual engine's share, num_gpu_blocks // pp)."""
     for s in stages:
         if f.engine == "v0":
             if s.num_blocks <= 0:
                 return _no_memory(f)
-            capacity = s.num_blocks * s.layout.block_size
+            # Every worker checks the executor's count, the minimum over them all.
+            blocks = min(stage.num_blocks for stage in stages)
+            capacity = (blocks // f.pp if f.rules.v0_pp_check_split else blocks) * s.layout.block_size
             if f.max_model_len > capacity:
                 return Refusal(
                     "one_request",

@@ -317,6 +317,11 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
         out.append(f"vLLM {f.version}'s {f.engine.upper()} engine charges all memory in use on the GPU, another "
                    "process's too: kvplan plans an otherwise idle GPU (--gpu-memory-in-use states what else "
                    "runs there)")
+    if f.engine == "v0" and f.pp > 1 and r.num_blocks > 0:
+        # core/scheduler.py and worker/cache_engine.py: num_gpu_blocks //= pipeline_parallel_size
+        out.append(f"vLLM {f.version}'s V0 splits the {r.num_blocks:,} blocks over its {f.pp} pipeline virtual "
+                   f"engines, {r.num_blocks // f.pp:,} each: a request runs in one, so none can be longer than "
+                   f"{r.num_blocks // f.pp * layout.block_size:,} tokens")
     if f.mla_dense is not None:
         out.append(_mla_dense_note(d.model, f))
     elif isinstance(d.engine, VllmOptions) and d.engine.mla_disable:

@@ -70,6 +70,9 @@ class VllmRules:
     moe_scratch: str = "three"  # the fused-MoE buffers a forward allocates (vllm_memory.MOE_ROW_VALUES) [1.5]
     moe_chunk_tokens: int | None = 32_768  # VLLM_FUSED_MOE_CHUNK_SIZE's default (None: no chunking) [1.5]
     moe_marlin_old: bool = True  # AWQ/GPTQ experts through the first Marlin MoE kernel (to 0.8.4) [1.5]
+    # V0 splits the blocks over its pp virtual engines; from 0.8.0 its start-up check asks one engine's share
+    # to hold a request (worker.py raise_if_cache_size_invalid: num_gpu_blocks // pipeline_parallel_size) [1.8]
+    v0_pp_check_split: bool = False
     capture_rule: str = "v1_512"  # "v1_512", "v1_2seqs", "v1_2seqs_16" [1.6]
     full_graphs: bool = False  # FULL_AND_PIECEWISE: a full decode set beside the piecewise one [1.6]
     blackwell_1024: bool = False  # capture up to 1,024 on data-center Blackwell [1.6]
@@ -197,9 +200,9 @@ def _changes() -> tuple[VllmRules, ...]:
     # 0.8's image FlashInfer 0.2.1.post2 (a stored Dockerfile copy; below the 0.2.3 that 0.8 falls back on) uses
     # softmax probabilities; 0.9-0.11's newer one samples from the logits via top_k_mask_logits then softmax.
     change((0, 8, 0), "V1 is the default engine; sampler warm-up after the KV cache; FlashInfer in the image; "
-           "fused-MoE caches 1 and 3 share a buffer",
+           "fused-MoE caches 1 and 3 share a buffer; V0 checks one pipeline engine's blocks",
            default_engine="v1", sampler_warmup=True, v1_sampler="sort", image_sampler="flashinfer_probs",
-           mla_weights="kv_b", mla_page_align=False, moe_scratch="cache13")
+           mla_weights="kv_b", mla_page_align=False, moe_scratch="cache13", v0_pp_check_split=True)
     change((0, 8, 3), "V1 keeps a null block", null_block=True)
     # 0.8.4's _set_default_args_v1: 1,024 sequences for H100/H200 only, 256 elsewhere (1,024 everywhere before).
     change((0, 8, 4), "V1 batch defaults by device name, sequences too (others: 256)", v1_batch_rule="name_seqs")
