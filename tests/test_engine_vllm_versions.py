@@ -103,6 +103,17 @@ CHANGES = [
     # worker/worker.py raise_if_cache_size_invalid: block_size x num_gpu_blocks to 0.7.3, x (num_gpu_blocks //
     # pipeline_parallel_size) from 0.8.0 (the scheduler and cache engine split the blocks in every release).
     ("0.7.3", "0.8.0", "v0_pp_check_split", False, True),
+    # V1's start-up lines, per sdist: v1/executor (0.6.4) then v1/core/kv_cache_utils.py print "# GPU blocks: %d",
+    # with "Maximum concurrency ..." after it from 0.7.1; gpu_model_runner.load_model's weights line; gpu_worker.py
+    # logs memory_profiling's result and "Available KV cache memory" from 0.9.1; format_gib from 0.14.0; Model
+    # Runner V2's (v1/worker/gpu/model_runner.py) weights line gains "memory" at 0.28.0.
+    ("0.7.0", "0.7.1", "v1_blocks_concurrency", False, True),
+    ("0.7.3", "0.8.0", "v1_load_wording", "loading_gb", "took_gb"),
+    ("0.8.2", "0.8.3", "v1_load_wording", "took_gb", "took_gib"),
+    ("0.11.0", "0.11.1", "v1_load_wording", "took_gib", "took_gib_memory"),
+    ("0.13.0", "0.14.0", "v1_load_wording", "took_gib_memory", "format_gib"),
+    ("0.9.0", "0.9.1", "v1_profile_logged", False, True),
+    ("0.27.1", "0.28.0", "v2_load_memory_word", False, True),
     ("0.7.3", "0.8.0", "default_engine", "v0", "v1"),
     ("0.7.3", "0.8.0", "sampler_warmup", False, True),
     ("0.7.3", "0.8.0", "v1_sampler", "logits", "sort"),
@@ -473,8 +484,8 @@ def test_mxfp4_needs_0_10_1():
 
 
 def test_log_wording_per_release():
-    def lines(version):
-        return plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version=version), H100).log_lines
+    def lines(version, use_v1=None):
+        return plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version=version, use_v1=use_v1), H100).log_lines
 
     assert any(line.startswith("# GPU blocks: ") for line in lines("0.6.2"))
     assert not any("Maximum concurrency" in line for line in lines("0.6.2"))
@@ -482,6 +493,17 @@ def test_log_wording_per_release():
     assert any(line.startswith("model weights take ") for line in lines("0.7.3"))
     assert "Estimated CUDA graph memory" in " ".join(lines("0.19"))
     assert any(line.startswith("GPU KV cache size: ") and ", Maximum concurrency" in line for line in lines("0.28"))
+    # V1's weights line per release (Llama-3.1-8B: 16,094,076,928 B = 14.9888 GiB); no available-memory line
+    # before 0.9.1; "# GPU blocks" with its concurrency from 0.7.1.
+    assert lines("0.6.4", True)[0] == "Loading model weights took 14.9888 GB"
+    assert [lines(v)[0] for v in ("0.8.0", "0.8.5", "0.11.1", "0.14.0", "0.22.0")] == [
+        "Model loading took 14.9888 GB", "Model loading took 14.9888 GiB", "Model loading took 14.9888 GiB memory",
+        "Model loading took 14.99 GiB memory", "Model loading took 14.99 GiB memory"]
+    assert lines("0.25.0")[0] == "Model loading took 14.99 GiB" and lines("0.28.0")[0].endswith(" GiB memory")
+    assert not any("Available KV cache memory" in line for line in lines("0.8.5"))
+    assert any(line.startswith("Available KV cache memory") for line in lines("0.9.1"))
+    assert lines("0.7.3", True)[-1].startswith("Maximum concurrency for 8192 tokens per request: ")
+    assert lines("0.7.0", True)[-1].startswith("# GPU blocks: ")
 
 
 def test_cli_version_errors(runner):

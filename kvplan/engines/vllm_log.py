@@ -85,25 +85,45 @@ def _v0_lines(r: VllmReport) -> list[str]:
     return lines
 
 
+def _v1_weights_line(r: VllmReport) -> str:
+    """gpu_model_runner.load_model's line in the release's wording, without its seconds (v1_load_wording)."""
+    rules, weights = r.flags.rules, r.stages[0].memory.weights_bytes
+    wording = rules.v1_load_wording
+    if wording == "loading_gb":
+        return f"Loading model weights took {weights / GiB:.4f} GB"
+    if wording == "took_gb":
+        return f"Model loading took {weights / GiB:.4f} GB"
+    figure = _gib(weights) if wording == "format_gib" else f"{weights / GiB:.4f}"
+    memory = wording != "took_gib" and (r.flags.runner == "v1" or rules.v2_load_memory_word)
+    return f"Model loading took {figure} GiB" + (" memory" if memory else "")
+
+
 def _v1_lines(r: VllmReport) -> list[str]:
     f, rules = r.flags, r.flags.rules
-    lines = [f"Model loading took {_gib(r.stages[0].memory.weights_bytes)} GiB memory"]
-    for s in r.stages:
-        m = s.memory
-        where = f"[PP{m.stage}] " if len(r.stages) > 1 else ""
-        lines.append(
-            f"{where}Memory profiling: torch peak memory increase: {_gib(m.activation_peak_bytes)}GiB; "
-            f"non-torch forward increase memory: {_gib(m.non_torch_bytes)}GiB; "
-            f"weights memory: {_gib(m.weights_bytes)}GiB."
-        )
+    lines = [_v1_weights_line(r)]
+    # 0.9.1+: memory_profiling's result (a DEBUG line, here without its seconds) and the available KV memory,
+    # "%.2f" until format_gib (0.14).
+    gib = _gib if rules.v1_load_wording == "format_gib" else _f2
+    if rules.v1_profile_logged:
+        for s in r.stages:
+            m = s.memory
+            where = f"[PP{m.stage}] " if len(r.stages) > 1 else ""
+            lines.append(
+                f"{where}Memory profiling: torch peak memory increase: {_f2(m.activation_peak_bytes)}GiB; "
+                f"non-torch forward increase memory: {_f2(m.non_torch_bytes)}GiB; "
+                f"weights memory: {_f2(m.weights_bytes)}GiB."
+            )
     v2_without_estimate = r.flags.runner == "v2" and not rules.v2_cudagraphs_profiled
     if rules.cudagraphs_profiled and r.cudagraph_bytes and not v2_without_estimate:
         lines.append(f"Estimated CUDA graph memory: {_gib(r.cudagraph_bytes)} GiB total")
-    lines.append(f"Available KV cache memory: {_gib(r.stages[0].available_kv_bytes)} GiB")
+    if rules.v1_profile_logged:
+        lines.append(f"Available KV cache memory: {gib(r.stages[0].available_kv_bytes)} GiB")
     if r.refusal is not None and r.refusal.code in ("no_kv_memory", "one_request"):
         return lines
     if rules.v1_tokens_rule == "blocks" and rules.since < (0, 8, 0):
         lines.append(f"# GPU blocks: {r.num_blocks}")
+        if rules.v1_blocks_concurrency:
+            lines.append(f"Maximum concurrency for {f.max_model_len} tokens per request: {r.max_concurrency:.2f}x")
     else:
         size = f"GPU KV cache size: {r.kv_cache_tokens:,} tokens"
         conc = f"Maximum concurrency for {f.max_model_len:,} tokens per request: {r.max_concurrency:.2f}x"

@@ -99,6 +99,15 @@ class VllmRules:
     kv_cache_memory_option: bool = False  # --kv-cache-memory-bytes exists (0.10.2+) [1.2]
     mamba_dtype_options: bool = False  # --mamba-cache-dtype and --mamba-ssm-cache-dtype exist (0.10.1+) [1.9]
     combined_kv_line: bool = False  # "GPU KV cache size" and "Maximum concurrency" on one line (0.28+) [1.8]
+    # V1's weights line (gpu_model_runner.load_model) [1.8]: "loading_gb" ("Loading model weights took %.4f GB",
+    # 0.6.4-0.7.x), "took_gb" ("Model loading took %.4f GB and ...", 0.8.0), "took_gib" (0.8.3), "took_gib_memory"
+    # ("%.4f GiB memory and ...", 0.11.1), "format_gib" ("%s GiB memory", format_gib, 0.14); Model Runner V2
+    # writes "GiB and" without "memory" until 0.28 (v2_load_memory_word).
+    v1_load_wording: str = "loading_gb"
+    v2_load_memory_word: bool = False
+    v1_blocks_concurrency: bool = False  # V1 0.7.1-0.7.x print "Maximum concurrency" after "# GPU blocks" [1.8]
+    # V1 logs the profiling result (DEBUG) and "Available KV cache memory" from 0.9.1 (gpu_worker.py) [1.8]
+    v1_profile_logged: bool = False
     lora_extra_vocab: int = EXTRA_VOCAB  # lora_extra_vocab_size: rows a LoRA slot adds to the vocabulary [1.16]
     pixels_in_model_dtype: bool = False  # the processor's float outputs are cast to the model dtype (0.9.1+) [1.11]
     mamba_cache_modes: bool = False  # prefix caching on a hybrid sets mamba_cache_mode "align"/"all" (0.15+) [1.9]
@@ -189,8 +198,9 @@ def _changes() -> tuple[VllmRules, ...]:
            mla_dense_types=("deepseek_v2", "deepseek_v3"))
     change((0, 7, 0), "V1 batch defaults by device name (h100/h200: 8,192 tokens); DeepSeek's per-head cache "
            "unpadded", v1_batch_rule="name", mla_dense_head=None)
-    change((0, 7, 1), "MLA caches its latent, for fp8 or unquantized checkpoints; absorbed decode matrices",
-           mla_latent=True, mla_quant_gate=True, mla_weights="absorbed_fp32")
+    change((0, 7, 1), "MLA caches its latent, for fp8 or unquantized checkpoints; absorbed decode matrices; V1 "
+           "logs its concurrency",
+           mla_latent=True, mla_quant_gate=True, mla_weights="absorbed_fp32", v1_blocks_concurrency=True)
     change((0, 7, 2), "V0 pads the MLA latent to 256 bytes", mla_page_align=True)
     change((0, 7, 3), "MLA for every quantization, dequantized in the model dtype", mla_quant_gate=False,
            mla_weights="absorbed")
@@ -202,8 +212,9 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 8, 0), "V1 is the default engine; sampler warm-up after the KV cache; FlashInfer in the image; "
            "fused-MoE caches 1 and 3 share a buffer; V0 checks one pipeline engine's blocks",
            default_engine="v1", sampler_warmup=True, v1_sampler="sort", image_sampler="flashinfer_probs",
-           mla_weights="kv_b", mla_page_align=False, moe_scratch="cache13", v0_pp_check_split=True)
-    change((0, 8, 3), "V1 keeps a null block", null_block=True)
+           mla_weights="kv_b", mla_page_align=False, moe_scratch="cache13", v0_pp_check_split=True,
+           v1_load_wording="took_gb")
+    change((0, 8, 3), "V1 keeps a null block; its weights line in GiB", null_block=True, v1_load_wording="took_gib")
     # 0.8.4's _set_default_args_v1: 1,024 sequences for H100/H200 only, 256 elsewhere (1,024 everywhere before).
     change((0, 8, 4), "V1 batch defaults by device name, sequences too (others: 256)", v1_batch_rule="name_seqs")
     change((0, 8, 5), "V1 batch defaults by memory (>= 70 GiB: 8,192 tokens, 1,024 seqs); block size 1; "
@@ -214,8 +225,9 @@ def _changes() -> tuple[VllmRules, ...]:
     # 0.9.1's call_hf_processor (vllm/inputs/registry.py) casts every floating processor output to the model
     # dtype on the CPU, so pixels reach the GPU in bf16/fp16, not float32 (absent at 0.9.0).
     change((0, 9, 1), "V1 budget from the worker's snapshot (context not charged); hybrid KV groups; pixels "
-           "in the model dtype", v1_budget="snapshot", hybrid_groups=True, v1_tokens_rule="blocks_per_group",
-           v1_concurrency_rule="blocks", pixels_in_model_dtype=True, startup_check="plain")
+           "in the model dtype; the profiling result and available KV memory logged", v1_budget="snapshot",
+           hybrid_groups=True, v1_tokens_rule="blocks_per_group", v1_concurrency_rule="blocks",
+           pixels_in_model_dtype=True, startup_check="plain", v1_profile_logged=True)
     change((0, 10, 0), "CUDA graphs up to min(2 x max_num_seqs, 512)", capture_rule="v1_2seqs",
            kv_cache_dtypes=("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"))
     change((0, 10, 1), "gpt-oss mxfp4 MoE; --mamba-cache-dtype, --mamba-ssm-cache-dtype", mxfp4=True,
@@ -230,8 +242,9 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 11, 1), "defaulted tokens capped at seqs x len, seqs at tokens; V1 chunked prefill can be "
            "turned off; torch 2.9: a cold compile benchmarks combo kernels on copies of their arguments; capture "
            "sizes step 16 above 256; FlashInfer sampler opt-in (PyTorch sort in the image too); block size 256; "
-           "LoRA graphs captured twice",
-           batch_caps=True, v1_chunked_optional=True, compile_clone=True, capture_rule="v1_2seqs_16",
+           "LoRA graphs captured twice; V1's weights line says memory",
+           v1_load_wording="took_gib_memory", batch_caps=True, v1_chunked_optional=True, compile_clone=True,
+           capture_rule="v1_2seqs_16",
            image_sampler=None, block_sizes=(1, 8, 16, 32, 64, 128, 256), lora_graph_cases=True,
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"))
     change((0, 12, 0), "no LoRA extra vocabulary; FlashInfer and triton_kernels in every install; MoE chunks "
@@ -241,8 +254,9 @@ def _changes() -> tuple[VllmRules, ...]:
            "sized by speculative decode steps; KV refusals link the docs", nemotron_ssm_default="float16",
            capture_spec_len=True, kv_refusal_wording="docs_link")
     change((0, 14, 0), "requested = ceil(total x util); the fused-MoE runs TritonExperts, whose workspace is "
-           "kept between steps; the start-up check names the device",
-           requested_ceil=True, moe_workspace_kept=True, startup_check="device", moe_scratch="workspace")
+           "kept between steps; the start-up check names the device; log figures through format_gib",
+           requested_ceil=True, moe_workspace_kept=True, startup_check="device", moe_scratch="workspace",
+           v1_load_wording="format_gib")
     # 0.15's MambaModelConfig: prefix caching on a hybrid sets mamba_cache_mode "all" (models that support
     # Mamba prefix caching) or "align" (the rest: gated DeltaNet), and MambaSpec.max_memory_usage_bytes then
     # counts 2 state pages a request in "align" mode, cdiv(max_model_len, block) in "all" (1 with it off).
@@ -285,8 +299,10 @@ def _changes() -> tuple[VllmRules, ...]:
            gdn_graph_transient=True, v2_sampler_fp32=False, window_in_flight_batches=True, cudagraphs_rocm=True)
     change((0, 27, 0), "non-KV memory = drop in free memory + transient peak (same terms)", v1_budget="consumed")
     change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line; "
-           "no bitsandbytes; 16,384 tokens and 1,024 sequences on GPUs of 160 GiB and more",
-           blackwell_1024=True, combined_kv_line=True, bitsandbytes=False, v1_batch_rule="memory_tiers")
+           "no bitsandbytes; 16,384 tokens and 1,024 sequences on GPUs of 160 GiB and more; V2's weights line "
+           "says memory",
+           blackwell_1024=True, combined_kv_line=True, bitsandbytes=False, v1_batch_rule="memory_tiers",
+           v2_load_memory_word=True)
     change((0, 29, 0), "Model Runner V2 for every model; it estimates CUDA graphs; batch-sharded sampling",
            v2_runner="all", v2_cudagraphs_profiled=True, v2_sharded_sampling=True)
     change((0, 33, 0), "cuBLAS handles created before the worker's snapshot", cublas_before_snapshot=True)
