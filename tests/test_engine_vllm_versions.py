@@ -8,6 +8,7 @@ import json
 import pytest
 
 from kvplan.engines.vllm import VllmFlags, fused_moe_scratch, plan_vllm, resolve_flags
+from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.engines.vllm_memory import CONTEXT_BYTES, moe_workspace_bytes
 from kvplan.engines.vllm_mla import mla_kept_bytes
 from kvplan.engines.vllm_versions import NEWEST, RULES, parse_release, rules_for
@@ -103,6 +104,13 @@ CHANGES = [
     # worker/worker.py raise_if_cache_size_invalid: block_size x num_gpu_blocks to 0.7.3, x (num_gpu_blocks //
     # pipeline_parallel_size) from 0.8.0 (the scheduler and cache engine split the blocks in every release).
     ("0.7.3", "0.8.0", "v0_pp_check_split", False, True),
+    # engine/arg_utils.py create_engine_config, V0's automatic chunked prefill past 32K tokens: off with prefix
+    # caching at 0.6.0 only, off for multimodal models from 0.6.2, off on ROCm 0.6.6-0.7.3, off with MLA in use
+    # from 0.8.0 (a sliding window and LoRA keep it off in every release).
+    ("0.6.0", "0.6.1", "v0_auto_chunked_excludes", ("prefix_caching",), ()),
+    ("0.6.1", "0.6.2", "v0_auto_chunked_excludes", (), ("multimodal",)),
+    ("0.6.5", "0.6.6", "v0_auto_chunked_excludes", ("multimodal",), ("multimodal", "rocm")),
+    ("0.7.3", "0.8.0", "v0_auto_chunked_excludes", ("multimodal", "rocm"), ("multimodal", "mla")),
     # V1's start-up lines, per sdist: v1/executor (0.6.4) then v1/core/kv_cache_utils.py print "# GPU blocks: %d",
     # with "Maximum concurrency ..." after it from 0.7.1; gpu_model_runner.load_model's weights line; gpu_worker.py
     # logs memory_profiling's result and "Available KV cache memory" from 0.9.1; format_gib from 0.14.0; Model
@@ -874,3 +882,23 @@ def test_v0_checks_one_pipeline_virtual_engines_blocks_from_0_8(runner):
                   "100000", "--vllm-version", "0.7.3")
     assert f"over its 2 pipeline virtual engines, {plans['0.7.3'].num_blocks // 2:,} each" in " ".join(
         out.stdout.split())
+
+
+def test_v0_automatic_chunked_prefill_per_release():
+    # Past 32K tokens V0 chunks prompts by itself (a step of 2,048 tokens from 0.6.5) unless something keeps it
+    # off, and then the step holds a whole prompt: max(max_model_len, 2,048) = 65,536 tokens.
+    def step(model, version, gpu=H100, **flags):
+        return resolve_flags(model, VllmFlags(max_model_len=65_536, version=version, use_v1=False, **flags),
+                             gpu).max_num_batched_tokens
+
+    assert step(LLAMA, "0.7.3") == 2_048
+    assert step(LLAMA, "0.7.3", lora=LoraSlots(1, 16)) == 65_536  # LoRA, every release
+    mi300x = find_gpu("MI300X")
+    assert [step(LLAMA, v, mi300x) for v in ("0.6.5", "0.7.0", "0.8.5")] == [2_048, 65_536, 2_048]  # ROCm 0.6.6-0.7.3
+    assert [step(LLAMA, v, enable_prefix_caching=True) for v in ("0.6.0", "0.6.1")] == [65_536, 512]  # 0.6.0 only
+    lite = _model("deepseek-ai/DeepSeek-V2-Lite")
+    assert step(lite, "0.8.5") == 65_536 and step(lite, "0.8.5", mla_disable=True) == 2_048  # MLA in use, 0.8+
+    assert step(lite, "0.7.3") == 2_048
+    # A multimodal model chunks on 0.6.1 (its 512-token step raised to V0's multimodal minimum, 5,120), not 0.6.2.
+    vl = _model("Qwen/Qwen2.5-VL-7B-Instruct")
+    assert [step(vl, v) for v in ("0.6.1", "0.6.2")] == [5_120, 65_536]

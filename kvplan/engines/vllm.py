@@ -364,13 +364,22 @@ def format_gib(n_bytes: int) -> str:
     return str(round(n_bytes / GiB, 2))
 
 
-def _chunked_prefill_capable(model: ModelSpec, rules: VllmRules) -> bool:
-    """V0 turns chunked prefill on by itself only for models without sliding windows, state layers or
-    (0.8+) MLA."""
+def _v0_auto_chunked(model: ModelSpec, flags: VllmFlags, rules: VllmRules, gpu: GpuSpec, mla_in_use: bool) -> bool:
+    """Whether V0 may turn chunked prefill on by itself past 32K tokens (EngineArgs.create_engine_config, read
+    per sdist): never with a sliding window, state layers (seqlen-agnostic, 0.6.0-0.6.2; kvplan plans none on
+    V0) or LoRA, nor with what the release lists in v0_auto_chunked_excludes: prefix caching (0.6.0), a
+    multimodal model (0.6.2+), ROCm (0.6.6-0.7.3), MLA in use (0.8+). Speculative decoding, prompt adapters
+    and pooling models, which also keep it off, are not planned on V0."""
     kinds = set(model.layer_kinds())
-    if kinds & {"sliding_window", "chunked_local", "mamba", "linear_attention"}:
+    if kinds & {"sliding_window", "chunked_local", "mamba", "linear_attention"} or flags.lora is not None:
         return False
-    return not ("mla" in kinds and rules.since >= (0, 8, 0))
+    excluded = {
+        "prefix_caching": bool(flags.enable_prefix_caching),
+        "multimodal": any(g.name == "vision" for g in model.param_groups),
+        "rocm": gpu.vendor == "amd",
+        "mla": mla_in_use,
+    }
+    return not any(excluded[name] for name in rules.v0_auto_chunked_excludes)
 
 
 def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedFlags:
@@ -386,14 +395,17 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
     elif fallback is not None and fallback.raises:
         raise FieldError("engine.use_v1", f"vLLM {flags.version}: VLLM_USE_V1=1 is not supported with "
                          f"{fallback.feature} (unset it: vLLM falls back to V0)", True)
+    quant = model.quant.method if model.quant is not None else flags.quantization
+    mla_dense = dense_mla_reason(model, rules, flags.version, quant, disabled=flags.mla_disable)
+    mla_in_use = mla_dense is None and any(spec.kind == LayerKind.MLA for spec in model.layers)
     shape = batch_shape(
         rules, engine, gpu, max_model_len=max_len, max_num_batched_tokens=flags.max_num_batched_tokens,
-        max_num_seqs=flags.max_num_seqs, chunked_prefill_capable=_chunked_prefill_capable(model, rules),
+        max_num_seqs=flags.max_num_seqs,
+        chunked_prefill_capable=_v0_auto_chunked(model, flags, rules, gpu, mla_in_use),
         multimodal=any(g.name == "vision" for g in model.param_groups), usage=flags.usage,
         chunked_prefill=flags.enable_chunked_prefill,
     )
     runner = model_runner(model, rules, engine, flags.quantization)
-    quant = model.quant.method if model.quant is not None else flags.quantization
     return ResolvedFlags(
         max_model_len=max_len,
         gpu_memory_utilization=flags.gpu_memory_utilization or rules.default_utilization,
@@ -422,7 +434,7 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         flashinfer_sampler=flags.flashinfer_sampler,
         rocm=gpu.vendor == "amd",
         v0_fallback=fallback.feature if fallback is not None and engine == "v0" else None,
-        mla_dense=dense_mla_reason(model, rules, flags.version, quant, disabled=flags.mla_disable),
+        mla_dense=mla_dense,
     )
 
 

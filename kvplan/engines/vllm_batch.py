@@ -77,7 +77,7 @@ def batch_shape(
     if engine == "v0":
         seqs = max_num_seqs or V0_MAX_NUM_SEQS
         chunked = chunked_prefill if chunked_prefill is not None else (
-            chunked_prefill_capable and not multimodal and max_model_len > V0_CHUNKED_ABOVE_TOKENS)
+            chunked_prefill_capable and max_model_len > V0_CHUNKED_ABOVE_TOKENS)
         if max_num_batched_tokens is not None:
             return BatchShape(max_num_batched_tokens, seqs, chunked)
         tokens = rules.v0_chunked_tokens if chunked else max(max_model_len, 2048)

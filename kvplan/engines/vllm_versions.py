@@ -56,6 +56,9 @@ class VllmRules:
     cudagraphs_subtracted: bool = False  # the CUDA-graph estimate comes off the budget [1.6]
     cudagraphs_profiled: bool = False  # an estimate pass captures graphs before the KV cache [1.6]
     v0_chunked_tokens: int = 512  # V0 max_num_batched_tokens with chunked prefill on [1.4]
+    # What keeps V0 from turning chunked prefill on past 32K tokens, beyond a sliding window and LoRA (vllm.
+    # _v0_auto_chunked) [1.4]: "prefix_caching", "multimodal", "rocm", "mla"
+    v0_auto_chunked_excludes: tuple[str, ...] = ("prefix_caching",)
     # "fixed" (2048/1024), "name" (h100/h200), "memory", "memory_not_a100", "memory_tiers" (0.28: >= 160 GiB) [1.4]
     v1_batch_rule: str = "fixed"
     batch_caps: bool = False  # tokens <= seqs x len, seqs <= tokens when defaulted [1.4]
@@ -187,6 +190,9 @@ def _changes() -> tuple[VllmRules, ...]:
     def change(since: Release, label: str, **fields: object) -> None:
         out.append(replace(out[-1], since=since, label=label, **fields))  # type: ignore[arg-type]
 
+    change((0, 6, 1), "V0's automatic chunked prefill no longer waits on prefix caching", v0_auto_chunked_excludes=())
+    change((0, 6, 2), "V0 keeps multimodal models off automatic chunked prefill",
+           v0_auto_chunked_excludes=("multimodal",))
     change((0, 6, 3), "V0 logs 'Maximum concurrency ...'", concurrency_line=True)
     # --block-size choices (engine/arg_utils.py, then config/cache.py BlockSize): [8, 16, 32] to 0.6.3 and again
     # in 0.6.5, [8 .. 128] in 0.6.4 and from 0.6.6, 1 added in 0.8.5, 256 in 0.11.1, any size from 0.18.
@@ -194,8 +200,9 @@ def _changes() -> tuple[VllmRules, ...]:
            "sizes to 128", v0_budget="absolute", v1_available=True, block_sizes=(8, 16, 32, 64, 128))
     change((0, 6, 5), "V0 memory_profiling: weights + peak increase + non-torch increase; chunked 2,048; block "
            "sizes to 32", v0_budget="snapshot", v0_chunked_tokens=2048, block_sizes=(8, 16, 32))
-    change((0, 6, 6), "block sizes to 128; DeepSeek-V3", block_sizes=(8, 16, 32, 64, 128),
-           mla_dense_types=("deepseek_v2", "deepseek_v3"))
+    change((0, 6, 6), "block sizes to 128; DeepSeek-V3; no automatic chunked prefill on ROCm",
+           block_sizes=(8, 16, 32, 64, 128), mla_dense_types=("deepseek_v2", "deepseek_v3"),
+           v0_auto_chunked_excludes=("multimodal", "rocm"))
     change((0, 7, 0), "V1 batch defaults by device name (h100/h200: 8,192 tokens); DeepSeek's per-head cache "
            "unpadded", v1_batch_rule="name", mla_dense_head=None)
     change((0, 7, 1), "MLA caches its latent, for fp8 or unquantized checkpoints; absorbed decode matrices; V1 "
@@ -213,7 +220,7 @@ def _changes() -> tuple[VllmRules, ...]:
            "fused-MoE caches 1 and 3 share a buffer; V0 checks one pipeline engine's blocks",
            default_engine="v1", sampler_warmup=True, v1_sampler="sort", image_sampler="flashinfer_probs",
            mla_weights="kv_b", mla_page_align=False, moe_scratch="cache13", v0_pp_check_split=True,
-           v1_load_wording="took_gb")
+           v1_load_wording="took_gb", v0_auto_chunked_excludes=("multimodal", "mla"))
     change((0, 8, 3), "V1 keeps a null block; its weights line in GiB", null_block=True, v1_load_wording="took_gib")
     # 0.8.4's _set_default_args_v1: 1,024 sequences for H100/H200 only, 256 elsewhere (1,024 everywhere before).
     change((0, 8, 4), "V1 batch defaults by device name, sequences too (others: 256)", v1_batch_rule="name_seqs")
