@@ -111,6 +111,11 @@ CHANGES = [
     ("0.6.1", "0.6.2", "v0_auto_chunked_excludes", (), ("multimodal",)),
     ("0.6.5", "0.6.6", "v0_auto_chunked_excludes", ("multimodal",), ("multimodal", "rocm")),
     ("0.7.3", "0.8.0", "v0_auto_chunked_excludes", ("multimodal", "rocm"), ("multimodal", "mla")),
+    # model_executor/models/config.py MambaModelConfig.verify_and_update_config: "all" where supported (0.15+),
+    # "align" under a speculative config at 0.20.0-0.21.0 (gone at 0.22.0), "align" by default from 0.28.0.
+    ("0.19.1", "0.20.0", "mamba_mode_default", "support", "support_unless_spec"),
+    ("0.21.0", "0.22.0", "mamba_mode_default", "support_unless_spec", "support"),
+    ("0.27.1", "0.28.0", "mamba_mode_default", "support", "align"),
     # V1's start-up lines, per sdist: v1/executor (0.6.4) then v1/core/kv_cache_utils.py print "# GPU blocks: %d",
     # with "Maximum concurrency ..." after it from 0.7.1; gpu_model_runner.load_model's weights line; gpu_worker.py
     # logs memory_profiling's result and "Available KV cache memory" from 0.9.1; format_gib from 0.14.0; Model
@@ -902,3 +907,21 @@ def test_v0_automatic_chunked_prefill_per_release():
     # A multimodal model chunks on 0.6.1 (its 512-token step raised to V0's multimodal minimum, 5,120), not 0.6.2.
     vl = _model("Qwen/Qwen2.5-VL-7B-Instruct")
     assert [step(vl, v) for v in ("0.6.1", "0.6.2")] == [5_120, 65_536]
+
+
+def test_prefix_caching_on_a_mamba_hybrid_aligns_its_state_by_default_from_0_28():
+    # Nemotron-H-56B (Mamba2 layers, which support prefix caching) with --enable-prefix-caching: "all" on 0.19 and
+    # 0.27 (a state page for every block of a request), "align" from 0.28 (two pages a request); under
+    # speculative decoding 0.20-0.21 align too. Gated DeltaNet (Qwen3-Next) aligns in every release.
+    from kvplan.engines.vllm import mamba_cache_mode
+
+    nemotron, qwen_next = _model("nvidia/Nemotron-H-56B-Base-8K"), _model("Qwen/Qwen3-Next-80B-A3B-Thinking")
+
+    def mode(model, version, draft=0):
+        f = resolve_flags(model, VllmFlags(max_model_len=8192, version=version, enable_prefix_caching=True), H100)
+        return mamba_cache_mode(model, dataclasses.replace(f, num_speculative_tokens=draft))
+
+    assert [mode(nemotron, v) for v in ("0.19.0", "0.20.0", "0.27.1", "0.28.0", "0.33.0")] == [
+        "all", "all", "all", "align", "align"]
+    assert [mode(nemotron, v, draft=1) for v in ("0.19.0", "0.20.0", "0.22.0")] == ["all", "align", "all"]
+    assert {mode(qwen_next, v) for v in ("0.19.0", "0.28.0")} == {"align"}

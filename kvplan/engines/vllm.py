@@ -492,9 +492,13 @@ def _has_state_cache(model: ModelSpec) -> bool:
 def mamba_cache_mode(model: ModelSpec, f: ResolvedFlags) -> str:
     """vLLM's mamba_cache_mode (MambaModelConfig, 0.15+): "none" without prefix caching; with it, "all" for
     models whose Mamba layers support prefix caching (Mamba, Mamba2, Jamba, Nemotron-H, Granite 4, ...) and
-    "align" for the rest (gated DeltaNet: Qwen3-Next, Qwen3.5)."""
+    "align" for the rest (gated DeltaNet: Qwen3-Next, Qwen3.5); "align" for all of them under speculative
+    decoding in 0.20-0.21, and by default from 0.28."""
     if not (f.rules.mamba_cache_modes and f.enable_prefix_caching and _has_state_cache(model)):
         return "none"
+    default = f.rules.mamba_mode_default
+    if default == "align" or (default == "support_unless_spec" and f.num_speculative_tokens):
+        return "align"
     return "all" if any(spec.kind == LayerKind.MAMBA for spec in model.layers) else "align"
 
 

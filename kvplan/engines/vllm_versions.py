@@ -114,6 +114,10 @@ class VllmRules:
     lora_extra_vocab: int = EXTRA_VOCAB  # lora_extra_vocab_size: rows a LoRA slot adds to the vocabulary [1.16]
     pixels_in_model_dtype: bool = False  # the processor's float outputs are cast to the model dtype (0.9.1+) [1.11]
     mamba_cache_modes: bool = False  # prefix caching on a hybrid sets mamba_cache_mode "align"/"all" (0.15+) [1.9]
+    # The mode prefix caching picks (models/config.py MambaModelConfig.verify_and_update_config) [1.9]:
+    # "support" ("all" where the model supports Mamba prefix caching, else "align"), "support_unless_spec"
+    # (0.20-0.21: "align" under speculative decoding), "align" (0.28+: "all" only when asked; 0.32 drops it).
+    mamba_mode_default: str = "support"
     # Nemotron-H's SSM state when --mamba-ssm-cache-dtype is auto: None = the conv state's dtype (the model's);
     # else the config's mamba_ssm_cache_dtype, or this (NemotronHForCausalLMConfig, 0.13+) [1.9]
     nemotron_ssm_default: str | None = None
@@ -277,18 +281,20 @@ def _changes() -> tuple[VllmRules, ...]:
     # sizes: NVIDIA-NeMo/RL#2620 bisects it to 0.17.1 (starts) -> 0.20.0 (raises), and vllm-project/recipes#551
     # shows 0.17.0-0.19.0 reaching capture with 1,024 sequences on 856 blocks.
     change((0, 20, 0), "utilization 0.92; CUDA-graph estimate subtracted from the budget; Nemotron-H's SSM "
-           "state float32 unless the config says; a hybrid's max_num_seqs bounded by the cache's blocks",
+           "state float32 unless the config says; a hybrid's max_num_seqs bounded by the cache's blocks; Mamba "
+           "prefix caching aligned under speculative decoding",
            default_utilization=0.92, cudagraphs_subtracted=True, nemotron_ssm_default="float32",
-           mamba_seqs_check=True)
+           mamba_seqs_check=True, mamba_mode_default="support_unless_spec")
     change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len); an off-stride step is captured",
            v1_tokens_rule="concurrency", capture_step=True)
     # Model Runner V2 (vllm/config/vllm.py _is_default_v2_model_runner_model and DEFAULT_V2_MODEL_RUNNER_
     # ARCHITECTURES in each release's sdist; release notes of 0.25.0, 2026-07-11, and 0.29.0, 2026-09-09): its
     # profile_run samples the dummy rows without top-k/top-p, its profile_cudagraph_memory returns 0 until 0.29,
     # and it warms kernels up instead of V1's sampler warm-up.
-    change((0, 22, 0), "Model Runner V2 by default for Qwen3 dense unquantized models; KV refusals say model's",
+    change((0, 22, 0), "Model Runner V2 by default for Qwen3 dense unquantized models; KV refusals say model's; "
+           "Mamba prefix caching 'all' under speculative decoding too",
            v2_runner="listed", v2_architectures=("Qwen3ForCausalLM",), v2_listed_unquantized=True,
-           v2_sampler_fp32=True, kv_refusal_wording="cpu_note")
+           v2_sampler_fp32=True, kv_refusal_wording="cpu_note", mamba_mode_default="support")
     change((0, 23, 0), "Model Runner V2 by default for Llama, Mistral and Qwen3 dense unquantized models",
            v2_architectures=("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"))
     change((0, 24, 0), "Model Runner V2 for the listed architectures, quantized or MoE too",
@@ -307,9 +313,9 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 27, 0), "non-KV memory = drop in free memory + transient peak (same terms)", v1_budget="consumed")
     change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line; "
            "no bitsandbytes; 16,384 tokens and 1,024 sequences on GPUs of 160 GiB and more; V2's weights line "
-           "says memory",
+           "says memory; prefix caching on a hybrid aligns its Mamba state by default",
            blackwell_1024=True, combined_kv_line=True, bitsandbytes=False, v1_batch_rule="memory_tiers",
-           v2_load_memory_word=True)
+           v2_load_memory_word=True, mamba_mode_default="align")
     change((0, 29, 0), "Model Runner V2 for every model; it estimates CUDA graphs; batch-sharded sampling",
            v2_runner="all", v2_cudagraphs_profiled=True, v2_sharded_sampling=True)
     change((0, 33, 0), "cuBLAS handles created before the worker's snapshot", cublas_before_snapshot=True)
