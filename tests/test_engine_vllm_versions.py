@@ -116,6 +116,10 @@ CHANGES = [
     ("0.19.1", "0.20.0", "mamba_mode_default", "support", "support_unless_spec"),
     ("0.21.0", "0.22.0", "mamba_mode_default", "support_unless_spec", "support"),
     ("0.27.1", "0.28.0", "mamba_mode_default", "support", "align"),
+    # v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes: "all" mode adds num_speculative_blocks from
+    # 0.22.0 (not at 0.21.0); mamba_mixer2.py sets num_prefill_checkpoint_blocks=1 from 0.32.0 (not at 0.31.0).
+    ("0.21.0", "0.22.0", "mamba_all_spec_pages", False, True),
+    ("0.31.0", "0.32.0", "mamba2_checkpoint_page", False, True),
     # V1's start-up lines, per sdist: v1/executor (0.6.4) then v1/core/kv_cache_utils.py print "# GPU blocks: %d",
     # with "Maximum concurrency ..." after it from 0.7.1; gpu_model_runner.load_model's weights line; gpu_worker.py
     # logs memory_profiling's result and "Available KV cache memory" from 0.9.1; format_gib from 0.14.0; Model
@@ -925,3 +929,22 @@ def test_prefix_caching_on_a_mamba_hybrid_aligns_its_state_by_default_from_0_28(
         "all", "all", "all", "align", "align"]
     assert [mode(nemotron, v, draft=1) for v in ("0.19.0", "0.20.0", "0.22.0")] == ["all", "align", "all"]
     assert {mode(qwen_next, v) for v in ("0.19.0", "0.28.0")} == {"align"}
+
+
+
+def test_extra_state_pages_per_mode_and_release():
+    # MambaSpec.max_memory_usage_bytes: align keeps 2 + draft pages a Mamba group, all cdiv(L, B) (+ draft from
+    # 0.22); from 0.32 a Mamba2 mixer keeps one more in align mode (its prefill checkpoint). Nemotron-H-56B is
+    # Mamba2; Qwen3-Next's gated DeltaNet is not a Mamba2 mixer.
+    from kvplan.engines.vllm import _extra_state_pages, mamba_cache_mode
+
+    nemotron, qwen_next = _model("nvidia/Nemotron-H-56B-Base-8K"), _model("Qwen/Qwen3-Next-80B-A3B-Thinking")
+
+    def extra(model, version, draft=0):
+        f = resolve_flags(model, VllmFlags(max_model_len=8192, version=version, enable_prefix_caching=True), H100)
+        f = dataclasses.replace(f, num_speculative_tokens=draft)
+        return _extra_state_pages(model, f, mamba_cache_mode(model, f))
+
+    assert [extra(nemotron, v) for v in ("0.19.0", "0.28.0", "0.31.0", "0.32.0")] == [0, 0, 0, 1]
+    assert [extra(nemotron, v, draft=2) for v in ("0.19.0", "0.22.0", "0.32.0")] == [0, 2, 3]  # all, all, align
+    assert [extra(qwen_next, v, draft=2) for v in ("0.19.0", "0.32.0")] == [2, 2]

@@ -538,8 +538,20 @@ def _stage_layout(model: ModelSpec, layers: range, f: ResolvedFlags, block_size_
         specs = specs + model.mtp.layers
     stage = tuple(_vllm_state(spec, model, f) for spec in specs)
     chunk = model.geometry.mamba.chunk_size if model.geometry.mamba else 2048
+    mode = mamba_cache_mode(model, f)
     return _layout(stage, f.kv_cache_dtype, f.tp, hybrid, f.block_size, block_size_set, f.version, f.engine,
-                   mamba_cache_mode(model, f), chunk, f.num_speculative_tokens, _padded_latent_bytes(model, f))
+                   mode, chunk, _extra_state_pages(model, f, mode), _padded_latent_bytes(model, f))
+
+
+def _extra_state_pages(model: ModelSpec, f: ResolvedFlags, mode: str) -> int:
+    """State pages a request holds per Mamba group beyond its mode's (MambaSpec.max_memory_usage_bytes): MTP's
+    draft tokens (num_speculative_blocks; in "all" mode only from 0.22), and in "align" mode from 0.32 one
+    prefill checkpoint for a Mamba2 mixer (mamba_mixer2.py get_kv_cache_spec: num_prefill_checkpoint_blocks=1).
+    Nemotron-H with prefix caching on 0.32: 2 + 1 pages a Mamba group."""
+    draft = f.num_speculative_tokens if mode != "all" or f.rules.mamba_all_spec_pages else 0
+    mamba = model.geometry.mamba
+    checkpoint = mode == "align" and f.rules.mamba2_checkpoint_page and mamba is not None and mamba.version == 2
+    return draft + int(checkpoint)
 
 
 def _padded_latent_bytes(model: ModelSpec, f: ResolvedFlags) -> int:
@@ -555,7 +567,7 @@ def _padded_latent_bytes(model: ModelSpec, f: ResolvedFlags) -> int:
 
 @functools.lru_cache(maxsize=1024)
 def _layout(stage: tuple[LayerSpec, ...], kv: KvDtype, tp: int, hybrid: bool, block_size: int,
-            block_size_set: bool, version: str, engine: str, mode: str, chunk: int, draft: int,
+            block_size_set: bool, version: str, engine: str, mode: str, chunk: int, extra_pages: int,
             latent_bytes: int = 0) -> KvCacheLayout:
     """_stage_layout's layout, kept: `kvplan plan` lays out one model's stages for hundreds of candidate
     deployments that share a KV dtype, tp and block size (gemma-3-27b: 806 plans, 62 layers each).
@@ -571,7 +583,7 @@ def _layout(stage: tuple[LayerSpec, ...], kv: KvDtype, tp: int, hybrid: bool, bl
         present = [s if s.kind in ("full_attention", "mla") else VllmLayerSpec("full_attention", s.bytes_per_token)
                    for s in present]
     return kv_cache_layout(present, block_size, block_size_set=block_size_set, mamba_cache_mode=mode,
-                           mamba_chunk_tokens=chunk, draft_tokens=draft)
+                           mamba_chunk_tokens=chunk, extra_state_pages=extra_pages)
 
 
 def estimate_max_model_len(layout: KvCacheLayout, available_bytes: int, limit: int, batched: int) -> int:

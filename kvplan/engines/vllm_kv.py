@@ -55,7 +55,9 @@ class KvCacheLayout:
     # How a request holds Mamba / DeltaNet state (vLLM's mamba_cache_mode, set by prefix caching on a hybrid):
     # "none" one page, "align" two, "all" one per block of its length.
     mamba_cache_mode: str = "none"
-    draft_tokens: int = 0  # MTP: a request holds this many more state pages per Mamba group
+    # State pages a request holds per Mamba group beyond its mode's: MTP's draft tokens (num_speculative_blocks)
+    # and, in "align" mode from 0.32, a Mamba2 mixer's prefill checkpoint (vllm._extra_state_pages).
+    extra_state_pages: int = 0
 
     @property
     def block_size(self) -> int:
@@ -76,7 +78,7 @@ class KvCacheLayout:
         512 + 5 x 513 = 3,077.
         """
         return sum(_group_blocks(g, g.block_size, max_model_len, max_num_batched_tokens, self.mamba_cache_mode)
-                   + (self.draft_tokens if g.kind == "mamba" else 0) for g in self.groups)
+                   + (self.extra_state_pages if g.kind == "mamba" else 0) for g in self.groups)
 
 
 def _group_blocks(g: KvGroup, block_size: int, max_model_len: int, batched: int, mamba_cache_mode: str) -> int:
@@ -148,7 +150,7 @@ def _attention_block_size(specs: list[VllmLayerSpec], block_size: int, user_set:
 
 def kv_cache_layout(specs: list[VllmLayerSpec], block_size: int, *, block_size_set: bool = True,
                     mamba_cache_mode: str = "none", mamba_chunk_tokens: int = 2048,
-                    draft_tokens: int = 0) -> KvCacheLayout:
+                    extra_state_pages: int = 0) -> KvCacheLayout:
     """Group one rank's layers as get_kv_cache_groups does, and unify the page (`mamba_cache_mode` and the
     Mamba kernel's chunk: see KvCacheLayout and _attention_block_size)."""
     if not specs:
@@ -163,7 +165,7 @@ def kv_cache_layout(specs: list[VllmLayerSpec], block_size: int, *, block_size_s
     if len(by_key) == 1:
         s = specs[0]
         return KvCacheLayout((KvGroup(s.kind, len(specs), s.window_tokens, s.bytes_per_token, s.state_bytes, block),),
-                             len(specs), page, mamba_cache_mode, draft_tokens)
+                             len(specs), page, mamba_cache_mode, extra_state_pages)
     blocks = {k: block if by_key[k][0].kind == "mamba" else _unified_block(block, p, page) for k, p in pages.items()}
     # Groups of equal size: the smallest kind's layer count, or the largest when they are within 1.5x
     # (gpt-oss-20b: 12 sliding + 12 full -> 2 groups of 12; Gemma-3-4B: 5 full + 29 sliding -> size 5,
@@ -178,7 +180,7 @@ def kv_cache_layout(specs: list[VllmLayerSpec], block_size: int, *, block_size_s
         for i in range(n_groups):
             groups.append(KvGroup(s.kind, len(members[i::n_groups]), s.window_tokens, s.bytes_per_token,
                                   s.state_bytes, blocks[key]))
-    return KvCacheLayout(tuple(groups), group_size, page, mamba_cache_mode, draft_tokens)
+    return KvCacheLayout(tuple(groups), group_size, page, mamba_cache_mode, extra_state_pages)
 
 
 def _unified_block(block: int, page: int, largest: int) -> int:

@@ -118,6 +118,8 @@ class VllmRules:
     # "support" ("all" where the model supports Mamba prefix caching, else "align"), "support_unless_spec"
     # (0.20-0.21: "align" under speculative decoding), "align" (0.28+: "all" only when asked; 0.32 drops it).
     mamba_mode_default: str = "support"
+    mamba_all_spec_pages: bool = False  # "all" mode adds the draft's state pages too (0.22+) [1.9]
+    mamba2_checkpoint_page: bool = False  # "align" mode keeps a Mamba2 prefill checkpoint page (0.32+) [1.9]
     # Nemotron-H's SSM state when --mamba-ssm-cache-dtype is auto: None = the conv state's dtype (the model's);
     # else the config's mamba_ssm_cache_dtype, or this (NemotronHForCausalLMConfig, 0.13+) [1.9]
     nemotron_ssm_default: str | None = None
@@ -292,9 +294,10 @@ def _changes() -> tuple[VllmRules, ...]:
     # profile_run samples the dummy rows without top-k/top-p, its profile_cudagraph_memory returns 0 until 0.29,
     # and it warms kernels up instead of V1's sampler warm-up.
     change((0, 22, 0), "Model Runner V2 by default for Qwen3 dense unquantized models; KV refusals say model's; "
-           "Mamba prefix caching 'all' under speculative decoding too",
+           "Mamba prefix caching 'all' under speculative decoding too, with the draft's state pages",
            v2_runner="listed", v2_architectures=("Qwen3ForCausalLM",), v2_listed_unquantized=True,
-           v2_sampler_fp32=True, kv_refusal_wording="cpu_note", mamba_mode_default="support")
+           v2_sampler_fp32=True, kv_refusal_wording="cpu_note", mamba_mode_default="support",
+           mamba_all_spec_pages=True)
     change((0, 23, 0), "Model Runner V2 by default for Llama, Mistral and Qwen3 dense unquantized models",
            v2_architectures=("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"))
     change((0, 24, 0), "Model Runner V2 for the listed architectures, quantized or MoE too",
@@ -318,6 +321,9 @@ def _changes() -> tuple[VllmRules, ...]:
            v2_load_memory_word=True, mamba_mode_default="align")
     change((0, 29, 0), "Model Runner V2 for every model; it estimates CUDA graphs; batch-sharded sampling",
            v2_runner="all", v2_cudagraphs_profiled=True, v2_sharded_sampling=True)
+    # v1/kv_cache_interface.py MambaSpec gains num_prefill_checkpoint_blocks at 0.29.0; mamba_mixer2.py sets it
+    # to 1 from 0.32.0 (absent at 0.31.0).
+    change((0, 32, 0), "a Mamba2 mixer keeps a prefill checkpoint page in align mode", mamba2_checkpoint_page=True)
     change((0, 33, 0), "cuBLAS handles created before the worker's snapshot", cublas_before_snapshot=True)
     return tuple(out)
 
