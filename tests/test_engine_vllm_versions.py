@@ -120,6 +120,13 @@ CHANGES = [
     # 0.22.0 (not at 0.21.0); mamba_mixer2.py sets num_prefill_checkpoint_blocks=1 from 0.32.0 (not at 0.31.0).
     ("0.21.0", "0.22.0", "mamba_all_spec_pages", False, True),
     ("0.31.0", "0.32.0", "mamba2_checkpoint_page", False, True),
+    # platforms/cuda.py check_and_update_config: "Forcing kv cache block size to 64 for FlashMLA backend" from
+    # 0.8.0 (absent at 0.7.3), 128 for CUTLASS_MLA on SM100 by default from 0.10.2, `block_size % 64 != 0` from
+    # 0.11.1; 0.18.0 drops the forcing for Platform's "Setting kv cache block size to %d for %s backend".
+    ("0.7.3", "0.8.0", "mla_block_rule", "none", "flashmla"),
+    ("0.10.1", "0.10.2", "mla_block_rule", "flashmla", "forced"),
+    ("0.11.0", "0.11.1", "mla_block_rule", "forced", "forced_multiple"),
+    ("0.17.1", "0.18.0", "mla_block_rule", "forced_multiple", "preferred"),
     # V1's start-up lines, per sdist: v1/executor (0.6.4) then v1/core/kv_cache_utils.py print "# GPU blocks: %d",
     # with "Maximum concurrency ..." after it from 0.7.1; gpu_model_runner.load_model's weights line; gpu_worker.py
     # logs memory_profiling's result and "Available KV cache memory" from 0.9.1; format_gib from 0.14.0; Model
@@ -815,7 +822,8 @@ def test_v0_pads_the_mla_latent_to_256_bytes_on_0_7_2_and_0_7_3():
     # dtype: align_to_256bytes(576, bf16) = 640 values. DeepSeek-R1, tp 8, 16-token blocks, 61 layers:
     # 640 x 2 B x 16 x 61 = 1,249,280 B a block (dzhsurf's DeepSeek-V3-AWQ on 0.7.3 logs 10.99 GiB for 9,442
     # blocks, about 1,249,800 B each); with an fp8 cache the rounding still counts bf16 elements: 640 x 1 B
-    # x 16 x 61 = 624,640 B. 0.7.1 and V1 (0.8) keep 576 x 2 x 16 x 61 = 1,124,352 B.
+    # x 16 x 61 = 624,640 B. 0.7.1 keeps 576 x 2 x 16 x 61 = 1,124,352 B; V1 0.8 too, in FlashMLA's 64-token
+    # blocks on Hopper: 576 x 2 x 64 x 61 = 4,497,408 B.
     r1 = _model("deepseek-ai/DeepSeek-R1")
 
     def block_bytes(version, gpu=H100, **flags):
@@ -823,7 +831,7 @@ def test_v0_pads_the_mla_latent_to_256_bytes_on_0_7_2_and_0_7_3():
                          gpu).stages[0].layout.bytes_per_block
 
     assert [block_bytes(v) for v in ("0.7.1", "0.7.2", "0.7.3", "0.8.0")] == [1_124_352, 1_249_280, 1_249_280,
-                                                                           1_124_352]
+                                                                           4_497_408]
     assert block_bytes("0.7.3", kv_cache_dtype="fp8") == 624_640
     # ROCm is not CUDA: no padding (current_platform.is_cuda()).
     assert block_bytes("0.7.3", gpu=find_gpu("MI300X")) == 1_124_352
@@ -948,3 +956,22 @@ def test_extra_state_pages_per_mode_and_release():
     assert [extra(nemotron, v) for v in ("0.19.0", "0.28.0", "0.31.0", "0.32.0")] == [0, 0, 0, 1]
     assert [extra(nemotron, v, draft=2) for v in ("0.19.0", "0.22.0", "0.32.0")] == [0, 2, 3]  # all, all, align
     assert [extra(qwen_next, v, draft=2) for v in ("0.19.0", "0.32.0")] == [2, 2]
+
+
+def test_the_block_size_an_mla_backend_sets_per_release_and_gpu():
+    # DeepSeek-R1 at tp 8: FlashMLA's 64 on Hopper from 0.8.0 (not on an A100); CUTLASS MLA's 128 on a B200 from
+    # 0.10.2; from 0.18 the first backend's preferred size: FLASH_ATTN_MLA's 16 on Hopper (FLASHMLA's 64 with an
+    # fp8 cache, which FLASH_ATTN_MLA does not take), FLASHINFER_MLA's 32 on SM100.
+    r1 = _model("deepseek-ai/DeepSeek-R1")
+    b200 = find_gpu("B200")
+
+    def block(version, gpu=H100, **flags):
+        return resolve_flags(r1, VllmFlags(version=version, tensor_parallel_size=8, **flags), gpu).block_size
+
+    assert [block(v) for v in ("0.7.3", "0.8.5", "0.17.1", "0.18.0", "0.33.0")] == [16, 64, 64, 16, 16]
+    assert [block(v, b200) for v in ("0.8.5", "0.10.2", "0.17.1", "0.19.0")] == [16, 128, 128, 32]
+    assert block("0.19.0", A100) == 16 and block("0.19.0", kv_cache_dtype="fp8") == 64
+    # A given size: forced unless it is the backend's (0.10.2), or a multiple of it (0.11.1+); kept from 0.18.
+    assert [block(v, block_size=128) for v in ("0.10.2", "0.13.0", "0.19.0")] == [64, 128, 128]
+    # A model without MLA keeps vLLM's 16.
+    assert resolve_flags(LLAMA, VllmFlags(version="0.13.0"), H100).block_size == 16

@@ -36,7 +36,7 @@ from kvplan.engines.vllm_memory import (
     stage_memory,
     v2_sampler_state_bytes,
 )
-from kvplan.engines.vllm_mla import dense_mla_layer, dense_mla_reason, mla_kept_bytes
+from kvplan.engines.vllm_mla import dense_mla_layer, dense_mla_reason, mla_block_size, mla_kept_bytes
 from kvplan.engines.vllm_mxfp4 import Mxfp4Backend, release_backend
 from kvplan.engines.vllm_profile import ProfileUse, apply_profile
 from kvplan.engines.vllm_versions import VllmRules, engine_for, parse_release, rules_for
@@ -410,7 +410,8 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         max_model_len=max_len,
         gpu_memory_utilization=flags.gpu_memory_utilization or rules.default_utilization,
         kv_cache_dtype=resolve_kv_dtype(flags.kv_cache_dtype, dtype),
-        block_size=flags.block_size or 16,
+        block_size=(mla_block_size(rules, gpu.key, flags.kv_cache_dtype, flags.block_size) if mla_in_use else None)
+        or flags.block_size or 16,
         max_num_seqs=shape.max_num_seqs,
         max_num_batched_tokens=shape.max_num_batched_tokens,
         tp=flags.tensor_parallel_size,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from kvplan.engines.vllm_versions import VllmRules
 from kvplan.errors import FieldError
+from kvplan.hardware.gpus import COMPUTE_CAPABILITY
 from kvplan.model.dtypes import weight_dtype_bytes
 from kvplan.model.quant import exclusion_predicate
 from kvplan.model.specs import FullAttentionSpec, LayerKind, LayerSpec, ModelSpec, QuantSpec
@@ -101,3 +102,29 @@ def _fp8_scale_bytes(rows: int, cols: int, quant: QuantSpec | None) -> int:
     DeepSeek-V3), one for the tensor otherwise."""
     block = quant.block_shape if quant is not None else None
     return 4 * (cdiv(rows, block[0]) * cdiv(cols, block[1]) if block else 1)
+
+
+def mla_block_size(rules: VllmRules, gpu_key: str, kv_cache_dtype: str, given: int | None) -> int | None:
+    """The block size vLLM gives an MLA model's cache, or None to keep the given (else default 16) one.
+
+    - 0.8.0-0.17.1 (platforms/cuda.py check_and_update_config): FlashMLA on Hopper forces 64; from 0.10.2
+      CUTLASS MLA on SM100 forces 128; a given size stands only if it is the forced one (a multiple of it
+      from 0.11.1).
+    - 0.18+ (Platform's block-size choice): a given size stands; otherwise the first MLA backend of
+      _get_backend_priorities prefers its smallest supported size: FLASH_ATTN_MLA 16 on Hopper (FLASHMLA 64
+      with an fp8 cache, which FLASH_ATTN_MLA does not take), FLASHINFER_MLA 32 on SM100, TRITON_MLA 16
+      elsewhere.
+    """
+    capability = COMPUTE_CAPABILITY.get(gpu_key)
+    if rules.mla_block_rule == "none" or capability is None:
+        return None
+    hopper, sm100 = capability[0] == 9, capability[0] == 10
+    if rules.mla_block_rule == "preferred":
+        if given is not None:
+            return None
+        return (64 if kv_cache_dtype.startswith("fp8") else 16) if hopper else 32 if sm100 else None
+    forced = 64 if hopper else 128 if sm100 and rules.mla_block_rule != "flashmla" else None
+    if forced is None or given == forced or (given and rules.mla_block_rule == "forced_multiple"
+                                             and given % forced == 0):
+        return None
+    return forced

@@ -92,6 +92,10 @@ class VllmRules:
     # "absorbed" (0.7.3: dequantized in the model dtype), "kv_b" (0.8+: a dequantized kv_b_proj only).
     mla_weights: str = "none"
     mla_page_align: bool = False  # V0 pads an MLA latent to 256 B of the model dtype on CUDA (0.7.2-0.7.3) [1.23]
+    # The block size an MLA backend sets (vllm_mla.mla_block_size) [1.9]: "none" (0.7.x), "flashmla" (0.8.0:
+    # 64 on Hopper), "forced" (0.10.2: and 128 on SM100), "forced_multiple" (0.11.1: a given multiple stands),
+    # "preferred" (0.18: the first backend's preferred size, a given size stands).
+    mla_block_rule: str = "none"
     mxfp4: bool = False  # gpt-oss mxfp4 MoE weights load (0.10.1+) [1.10]
     # Where mxfp4's Triton backend (OpenAI's triton_kernels) comes from on Hopper/Blackwell [1.10]: "none" (0.10.1
     # pins torch 2.7.1, below the 2.8 it needs), "package" (0.10.2-0.11: the optional triton_kernels package, in
@@ -223,10 +227,12 @@ def _changes() -> tuple[VllmRules, ...]:
     # 0.8's image FlashInfer 0.2.1.post2 (a stored Dockerfile copy; below the 0.2.3 that 0.8 falls back on) uses
     # softmax probabilities; 0.9-0.11's newer one samples from the logits via top_k_mask_logits then softmax.
     change((0, 8, 0), "V1 is the default engine; sampler warm-up after the KV cache; FlashInfer in the image; "
-           "fused-MoE caches 1 and 3 share a buffer; V0 checks one pipeline engine's blocks",
+           "fused-MoE caches 1 and 3 share a buffer; V0 checks one pipeline engine's blocks; FlashMLA's 64-token "
+           "blocks on Hopper",
            default_engine="v1", sampler_warmup=True, v1_sampler="sort", image_sampler="flashinfer_probs",
            mla_weights="kv_b", mla_page_align=False, moe_scratch="cache13", v0_pp_check_split=True,
-           v1_load_wording="took_gb", v0_auto_chunked_excludes=("multimodal", "mla"))
+           v1_load_wording="took_gb", v0_auto_chunked_excludes=("multimodal", "mla"),
+           mla_block_rule="flashmla")
     change((0, 8, 3), "V1 keeps a null block; its weights line in GiB", null_block=True, v1_load_wording="took_gib")
     # 0.8.4's _set_default_args_v1: 1,024 sequences for H100/H200 only, 256 elsewhere (1,024 everywhere before).
     change((0, 8, 4), "V1 batch defaults by device name, sequences too (others: 256)", v1_batch_rule="name_seqs")
@@ -245,8 +251,9 @@ def _changes() -> tuple[VllmRules, ...]:
            kv_cache_dtypes=("auto", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"))
     change((0, 10, 1), "gpt-oss mxfp4 MoE; --mamba-cache-dtype, --mamba-ssm-cache-dtype", mxfp4=True,
            mamba_dtype_options=True)
-    change((0, 10, 2), "--kv-cache-memory-bytes; torch 2.8 (mxfp4 Triton where triton_kernels is installed)",
-           kv_cache_memory_option=True, mxfp4_triton="package")
+    change((0, 10, 2), "--kv-cache-memory-bytes; torch 2.8 (mxfp4 Triton where triton_kernels is installed); "
+           "CUTLASS MLA's 128-token blocks on SM100", kv_cache_memory_option=True, mxfp4_triton="package",
+           mla_block_rule="forced")
     change((0, 11, 0), "V1 only; FULL_AND_PIECEWISE CUDA graphs; the worker's snapshot after the communicators; "
            "bfloat16 KV", v0_available=False, full_graphs=True, snapshot_after_comms=True,
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"))
@@ -255,8 +262,9 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 11, 1), "defaulted tokens capped at seqs x len, seqs at tokens; V1 chunked prefill can be "
            "turned off; torch 2.9: a cold compile benchmarks combo kernels on copies of their arguments; capture "
            "sizes step 16 above 256; FlashInfer sampler opt-in (PyTorch sort in the image too); block size 256; "
-           "LoRA graphs captured twice; V1's weights line says memory",
-           v1_load_wording="took_gib_memory", batch_caps=True, v1_chunked_optional=True, compile_clone=True,
+           "LoRA graphs captured twice; V1's weights line says memory; a given multiple of an MLA backend's block "
+           "stands", mla_block_rule="forced_multiple", v1_load_wording="took_gib_memory", batch_caps=True,
+           v1_chunked_optional=True, compile_clone=True,
            capture_rule="v1_2seqs_16",
            image_sampler=None, block_sizes=(1, 8, 16, 32, 64, 128, 256), lora_graph_cases=True,
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"))
@@ -276,7 +284,8 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 15, 0), "prefix caching on a hybrid: mamba_cache_mode align/all", mamba_cache_modes=True)
     change((0, 17, 0), "Triton top-k/top-p sampler", v1_sampler="triton")
     change((0, 18, 0), "CUDA-graph memory profiled before the KV cache (not subtracted); any block size; float16 "
-           "KV spelling; no MoE chunking", cudagraphs_profiled=True, block_sizes=None, moe_chunk_tokens=None,
+           "KV spelling; no MoE chunking; the first attention backend picks the block size",
+           cudagraphs_profiled=True, block_sizes=None, moe_chunk_tokens=None, mla_block_rule="preferred",
            kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc",
                             "fp8_ds_mla"))
     # vllm#38270 (merged 2026-03) made resolve_cudagraph_mode_and_sizes raise where it had capped the capture
