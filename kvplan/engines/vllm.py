@@ -389,13 +389,14 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
     if max_len is None:
         raise InputError(f"{model.name} states no max_position_embeddings; pass --max-model-len")
     dtype = serving_dtype(model.config_dtype) if flags.dtype == "auto" else normalize_weight_dtype(flags.dtype)
-    fallback = _v1_fallback(model, flags, gpu, dtype) if engine == "v1" else None
+    # The weights' quantization as vLLM names it: the checkpoint's method, else --quantization.
+    quant = model.quant.method if model.quant is not None else flags.quantization
+    fallback = _v1_fallback(model, flags, gpu, dtype, quant) if engine == "v1" else None
     if fallback is not None and flags.use_v1 is None:
         engine = "v0"
     elif fallback is not None and fallback.raises:
         raise FieldError("engine.use_v1", f"vLLM {flags.version}: VLLM_USE_V1=1 is not supported with "
                          f"{fallback.feature} (unset it: vLLM falls back to V0)", True)
-    quant = model.quant.method if model.quant is not None else flags.quantization
     mla_dense = dense_mla_reason(model, rules, flags.version, quant, disabled=flags.mla_disable)
     mla_in_use = mla_dense is None and any(spec.kind == LayerKind.MLA for spec in model.layers)
     shape = batch_shape(
@@ -439,12 +440,11 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
     )
 
 
-def _v1_fallback(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec, dtype: str) -> Fallback | None:
-    quant = model.quant.method if model.quant is not None else flags.quantization or ""
+def _v1_fallback(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec, dtype: str, quant: str | None) -> Fallback | None:
     return v1_fallback(
         model, gpu, parse_release(flags.version), kv_cache_dtype=flags.kv_cache_dtype, dtype=dtype,
         pp=flags.pipeline_parallel_size, cpu_offload=flags.split.cpu_offload_bytes > 0,
-        bitsandbytes=quant.startswith("bitsandbytes"), lora=flags.lora is not None,
+        bitsandbytes=(quant or "").startswith("bitsandbytes"), lora=flags.lora is not None,
         speculative=flags.speculative_method is not None,
     )
 
@@ -954,22 +954,22 @@ def _startup_error(stages: list[StageKv], f: ResolvedFlags) -> Refusal | None:
     """The first rank that cannot hold one request: V1's _check_enough_kv_cache_memory, V0's
     raise_if_cache_size_invalid (which compares tokens, num_gpu_blocks x block_size, with max_model_len; from
     0.8.0 one pipeline virtual engine's share, num_gpu_blocks // pp)."""
+    if f.engine == "v0":
+        # Every worker checks the executor's count, the minimum over them all.
+        blocks = min(s.num_blocks for s in stages)
+        if blocks <= 0:
+            return _no_memory(f)
+        capacity = (blocks // f.pp if f.rules.v0_pp_check_split else blocks) * stages[0].layout.block_size
+        if f.max_model_len > capacity:
+            return Refusal(
+                "one_request",
+                f"The model's max seq len ({f.max_model_len}) is larger than the maximum number of tokens that "
+                f"can be stored in KV cache ({capacity}). Try increasing `gpu_memory_utilization` or "
+                "decreasing `max_model_len` when initializing the engine.",
+                "workload.max_model_len",
+            )
+        return None
     for s in stages:
-        if f.engine == "v0":
-            if s.num_blocks <= 0:
-                return _no_memory(f)
-            # Every worker checks the executor's count, the minimum over them all.
-            blocks = min(stage.num_blocks for stage in stages)
-            capacity = (blocks // f.pp if f.rules.v0_pp_check_split else blocks) * s.layout.block_size
-            if f.max_model_len > capacity:
-                return Refusal(
-                    "one_request",
-                    f"The model's max seq len ({f.max_model_len}) is larger than the maximum number of tokens that "
-                    f"can be stored in KV cache ({capacity}). Try increasing `gpu_memory_utilization` or "
-                    "decreasing `max_model_len` when initializing the engine.",
-                    "workload.max_model_len",
-                )
-            continue
         if s.available_kv_bytes <= 0:
             return _no_memory(f)
         needed = s.layout.blocks_per_request(f.max_model_len, f.window_tokens_in_flight) * s.layout.bytes_per_block
