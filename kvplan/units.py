@@ -45,6 +45,11 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def round_up(a: int, step: int) -> int:
+    """`a` rounded up to a multiple of `step`: a 37,376-byte page padded to 576-byte steps is 37,440."""
+    return cdiv(a, step) * step
+
+
 def gib(n_bytes: int | float) -> float:
     """Bytes as GiB (2**30), for display only; the arithmetic stays in integer bytes."""
     return n_bytes / GiB

@@ -127,6 +127,22 @@ CHANGES = [
     ("0.10.1", "0.10.2", "mla_block_rule", "flashmla", "forced"),
     ("0.11.0", "0.11.1", "mla_block_rule", "forced", "forced_multiple"),
     ("0.17.1", "0.18.0", "mla_block_rule", "forced_multiple", "preferred"),
+    # DeepSeek-V4, per sdist (tests/test_engine_vllm_dsv4.py): model_executor/models/deepseek_v4.py from 0.20.0;
+    # kv_cache_utils._get_kv_cache_config_deepseek_v4 sizes the pool by layer tuples to 0.22, by page-size slots
+    # (_pool_bytes_per_block) from 0.23, by the largest group (_get_packed_kv_cache_layout) from 0.27, which also
+    # stops padding state pages, divides the concurrency by plain blocks and builds _mtp_hidden_buffer only with
+    # a draft; _max_memory_usage_bytes_from_groups charges the largest group from 0.29; attention.py maps auto
+    # to fp8 from 0.30.
+    ("0.19.1", "0.20.0", "dsv4", False, True),
+    ("0.22.1", "0.23.0", "dsv4_pool", "tuples", "slots"),
+    ("0.26.0", "0.27.0", "dsv4_pool", "slots", "stride"),
+    ("0.26.0", "0.27.0", "dsv4_state_padded", True, False),
+    ("0.26.0", "0.27.0", "dsv4_weighted_concurrency", True, False),
+    ("0.26.0", "0.27.0", "dsv4_mtp_buffer", True, False),
+    ("0.28.0", "0.29.0", "dsv4_check", "tuples", "stride"),
+    ("0.29.0", "0.30.0", "dsv4_auto_fp8", False, True),
+    # nvidia/model.py: DeepseekV4FlashInferSM120Attention for SM12x from 0.24.0 (FlashMLA only before).
+    ("0.23.0", "0.24.0", "dsv4_sm120", False, True),
     # V1's start-up lines, per sdist: v1/executor (0.6.4) then v1/core/kv_cache_utils.py print "# GPU blocks: %d",
     # with "Maximum concurrency ..." after it from 0.7.1; gpu_model_runner.load_model's weights line; gpu_worker.py
     # logs memory_profiling's result and "Available KV cache memory" from 0.9.1; format_gib from 0.14.0; Model

@@ -8,7 +8,9 @@ import pytest
 
 from kvplan.errors import ConfigError
 from kvplan.model.dtypes import BFLOAT16, FLOAT16
+from kvplan.model.kinds import LayerKind
 from kvplan.model.parse import parse_config
+from kvplan.model.quant import group_weight_bytes
 from kvplan.model.specs import FullAttentionSpec, MambaSpec, MLASpec, SharedKVSpec, SlidingWindowSpec
 from kvplan.sources import library
 from tests.factories import llama_config
@@ -246,16 +248,58 @@ def test_gemma3_absent_fields_equal_the_defaults_written_out() -> None:
     assert any("class defaults" in n for n in a.notes)  # the sparse one says defaults were used
 
 
-@pytest.mark.parametrize(
-    "extra, key",
-    [
-        # DeepSeek-V4-Flash's config (model_type deepseek_v4): per-layer compression ratios of its attention.
-        ({"model_type": "deepseek_v4", "compress_ratios": [0, 4, 128]}, "compress_ratios"),
-        # DeepSeek-V3.2's DSA indexer keeps its own key cache beside the MLA cache.
-        ({"model_type": "deepseek_v32", "index_topk": 2048}, "index_topk"),
-    ],
-)
-def test_unmodelled_cache_mechanisms_are_refused_by_their_key(extra: dict, key: str) -> None:
-    # Read with the standard decoder keys such a config would still produce a plan, and a wrong one.
-    with pytest.raises(ConfigError, match=rf"'{key}'.*does not model"):
-        parse_config(llama_config(**extra), name="t", source="test")
+def test_an_unmodelled_cache_mechanism_is_refused_by_its_key() -> None:
+    # DeepSeek-V3.2's DSA indexer keeps its own key cache beside the MLA cache; read with the standard decoder
+    # keys its config would still produce a plan, and a wrong one.
+    with pytest.raises(ConfigError, match=r"'index_topk'.*does not model"):
+        parse_config(llama_config(model_type="deepseek_v32", index_topk=2048), name="t", source="test")
+
+
+def test_deepseek_v4_layers_are_read_from_their_compress_ratios() -> None:
+    # DeepSeek-V4-Flash: 43 layers; compress_ratios lists 44 (the MTP block's last, never read), 0 = the window
+    # alone. Layers 0-1 keep the window, then ratio 4 (with the indexer's 128-wide keys) and 128 alternate.
+    m = _dsv4_flash()
+    ratios = [s.compress_ratio for s in m.layers]
+    assert ratios[:4] == [1, 1, 4, 128] and ratios.count(4) == 21 and ratios.count(128) == 20
+    assert {s.kind for s in m.layers} == {LayerKind.COMPRESSED_MLA}
+    four = m.layers[2]
+    assert (four.head_dim, four.rope_dim, four.window, four.index_head_dim) == (512, 64, 128, 128)
+    assert m.layers[3].index_head_dim == 0  # the indexer serves ratio-4 layers only
+    # Engine-neutral bytes of a request of 32,768 tokens in bf16: a window of 128 latents of 512 x 2 B, and a
+    # ratio-4 layer's 8,192 entries of (512 + 128) x 2 B: 131,072 + 8,192 x 1,280 = 10,616,832 B; a ratio-128
+    # layer's 256 entries of 1,024 B: 131,072 + 262,144 = 393,216 B.
+    assert four.cache_bytes(BFLOAT16, 2, 32_768) == 10_616_832
+    assert m.layers[3].cache_bytes(BFLOAT16, 2, 32_768) == 393_216
+    assert m.layers[0].cache_bytes(BFLOAT16, 2, 32_768) == 131_072
+
+
+def test_deepseek_v4_compress_ratios_must_be_ones_its_compressor_takes() -> None:
+    with pytest.raises(ConfigError, match=r"compress_ratios.*0, 4 or 128"):
+        parse_config({**_dsv4_flash_config(), "compress_ratios": [0, 8] * 22}, name="t", source="test")
+    with pytest.raises(ConfigError, match=r"compress_ratios.*3 entries for 43 layers"):
+        parse_config({**_dsv4_flash_config(), "compress_ratios": [0, 4, 128]}, name="t", source="test")
+
+
+def test_deepseek_v4_weights_count_fp32_mixers_and_mxfp4_experts() -> None:
+    # Per layer of DeepSeek-V4-Flash (H = 4,096, hc_mult 4): the hyper-connection mixers fn [(2 + 4) x 4,
+    # 4 x 4,096] twice, their base [24] and scale [3] twice, in float32; the head's fn [4, 16,384], base [4],
+    # scale [1]: 43 x 2 x (24 x 16,384 + 24 + 3) + 65,536 + 5 = 33,884,439 floats, 135,537,756 B.
+    groups = {g.name: g for g in _dsv4_flash().param_groups}
+    hc = groups["hyper_connections"]
+    assert (hc.params, hc.elem_bytes, hc.tp) == (33_884_439, 4, "replicated")
+    assert group_weight_bytes(hc, None, 2) == 135_537_756
+    # Routed experts: 43 layers x 256 experts x 3 x 4,096 x 2,048 values, 4 bits each and one byte of scale per
+    # 32: 277,025,390,592 x 17 / 32 = 147,169,738,752 B.
+    experts = groups["experts"]
+    assert experts.params == 277_025_390_592 and experts.fmt is not None and experts.fmt.method == "mxfp4"
+    assert group_weight_bytes(experts, None, 2) == 147_169_738_752
+    # The hash-routed first 3 layers keep an int32 [129,280, 6] table instead of the gate's bias.
+    assert groups["hash_routing"].params == 3 * 129_280 * 6 and groups["hash_routing"].elem_bytes == 4
+
+
+def _dsv4_flash_config() -> dict:
+    return library.require("deepseek-ai/DeepSeek-V4-Flash").read_config()
+
+
+def _dsv4_flash():
+    return _library("deepseek-ai/DeepSeek-V4-Flash")

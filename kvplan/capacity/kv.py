@@ -8,10 +8,11 @@ full blocks of a prefix shared by the whole batch stored once when prefix cachin
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from kvplan.errors import InputError
 from kvplan.model.dtypes import KvDtype
-from kvplan.model.specs import LayerKind, LayerSpec, ModelSpec
+from kvplan.model.specs import CompressedMLASpec, LayerKind, LayerSpec, ModelSpec
 from kvplan.records import dataclass
 from kvplan.units import cdiv
 
@@ -150,25 +151,43 @@ def _sliding_blocks(resident: int, seq_tokens: int, block_size: int) -> int:
     return blocks
 
 
-# Whole blocks one request holds in a layer of each kind, given its resident tokens. Only a sliding window
-# moves token by token; a chunk starts at a multiple of its size (Llama 4: 8,192 = 512 blocks of 16), so
-# it is counted as whole blocks of its resident tokens.
-KIND_RULES: dict[LayerKind, Callable[[int, int, int], int]] = {
-    LayerKind.FULL_ATTENTION: _whole_blocks,
-    LayerKind.SLIDING_WINDOW: _sliding_blocks,
-    LayerKind.CHUNKED_LOCAL: _whole_blocks,
-    LayerKind.MLA: _whole_blocks,
-    LayerKind.MAMBA: _whole_blocks,  # no tokens resident: zero blocks (the state is counted apart)
-    LayerKind.LINEAR_ATTENTION: _whole_blocks,
-    LayerKind.SHARED_KV: _whole_blocks,
-    LayerKind.NO_CACHE: _whole_blocks,
+def _blocks_of(rule: Callable[[int, int, int], int]) -> Callable[[LayerSpec, KvDtype, int, int, int], int]:
+    """A kind whose tokens all cost the same: `rule`'s whole blocks of its resident tokens, at its bytes a
+    token."""
+    def paged(spec: LayerSpec, kv: KvDtype, tp: int, seq_tokens: int, block_size: int) -> int:
+        blocks = rule(spec.resident_tokens(seq_tokens), seq_tokens, block_size)
+        return blocks * block_size * spec.kv_bytes_per_token(kv, tp)
+    return paged
+
+
+def _compressed_paged(layer: LayerSpec, kv: KvDtype, tp: int, seq_tokens: int, block_size: int) -> int:
+    """DeepSeek-V4: the window in whole blocks of latents, and the compressed entries in whole blocks of B / r
+    entries (at least one a block: a block of 16 tokens holds no whole 128-token run). Ratio 4, B = 16,
+    1,000 tokens: the window in 9 blocks of 16 latents, 250 entries in 63 blocks of 4."""
+    spec = cast(CompressedMLASpec, layer)  # the one spec class of this kind (kind_tables)
+    window = _sliding_blocks(min(seq_tokens, spec.window), seq_tokens, block_size) * block_size
+    paged = window * spec.entry_bytes(kv)
+    if spec.compress_ratio == 1:
+        return paged
+    per_block = max(1, block_size // spec.compress_ratio)
+    blocks = cdiv(cdiv(seq_tokens, spec.compress_ratio), per_block)
+    return paged + blocks * per_block * (spec.entry_bytes(kv) + spec.index_bytes(kv))
+
+
+# Whole blocks one request holds in a layer of each kind, in bytes. Only a sliding window moves token by
+# token; a chunk starts at a multiple of its size (Llama 4: 8,192 = 512 blocks of 16), so it is counted as
+# whole blocks of its resident tokens.
+KIND_RULES: dict[LayerKind, Callable[[LayerSpec, KvDtype, int, int, int], int]] = {
+    LayerKind.FULL_ATTENTION: _blocks_of(_whole_blocks),
+    LayerKind.SLIDING_WINDOW: _blocks_of(_sliding_blocks),
+    LayerKind.CHUNKED_LOCAL: _blocks_of(_whole_blocks),
+    LayerKind.MLA: _blocks_of(_whole_blocks),
+    LayerKind.COMPRESSED_MLA: _compressed_paged,
+    LayerKind.MAMBA: _blocks_of(_whole_blocks),  # no tokens resident: zero blocks (the state is counted apart)
+    LayerKind.LINEAR_ATTENTION: _blocks_of(_whole_blocks),
+    LayerKind.SHARED_KV: _blocks_of(_whole_blocks),
+    LayerKind.NO_CACHE: _blocks_of(_whole_blocks),
 }
-
-
-def _paged_tokens(spec: LayerSpec, seq_tokens: int, block_size: int) -> int:
-    """Tokens' worth of whole blocks one request holds in a layer."""
-    resident = spec.resident_tokens(seq_tokens)
-    return KIND_RULES[spec.kind](resident, seq_tokens, block_size) * block_size
 
 
 def _kinds_for(counts: dict[LayerSpec, int], kv: KvDtype, req: KvRequest, tp: int) -> tuple[KindKv, ...]:
@@ -181,8 +200,8 @@ def _kinds_for(counts: dict[LayerSpec, int], kv: KvDtype, req: KvRequest, tp: in
         bpt = spec.kv_bytes_per_token(kv, tp)
         a["layers"] += n
         a["bpt"] += n * bpt
-        a["contig"] += n * bpt * resident
-        a["paged"] += n * bpt * _paged_tokens(spec, req.seq_tokens, req.block_size)
+        a["contig"] += n * spec.cache_bytes(kv, tp, req.seq_tokens)
+        a["paged"] += n * KIND_RULES[spec.kind](spec, kv, tp, req.seq_tokens, req.block_size)
         a["state"] += n * spec.state_bytes(tp)
     return tuple(
         KindKv(

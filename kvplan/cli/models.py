@@ -14,8 +14,8 @@ import typer
 from kvplan.cli.output import Output
 from kvplan.errors import InputError
 
-_KIND_HELP = "Only models with a layer of this kind: full_attention, sliding_window, chunked_local, mla, mamba, " \
-    "linear_attention, shared_kv."
+_KIND_HELP = "Only models with a layer of this kind: full_attention, sliding_window, chunked_local, mla, " \
+    "compressed_mla, mamba, linear_attention, shared_kv."
 
 
 def models_command(

@@ -200,7 +200,8 @@ def _render(result: Any, model_name: str, model: str, workload: Any, engine_labe
 
     stats = result.stats
     options = result.options
-    load = f"{workload.concurrency:,} requests of {options[0].deployment.max_model_len:,} tokens" if options else ""
+    noun = "request" if workload.concurrency == 1 else "requests"
+    load = f"{workload.concurrency:,} {noun} of {options[0].deployment.max_model_len:,} tokens" if options else ""
     if not options:
         console.print(Text("NO OPTION", style="bold red").append(
             f": no GPU type, shape and KV dtype searched holds the workload on the GPUs allowed "

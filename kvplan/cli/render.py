@@ -27,6 +27,7 @@ _KIND_NAMES = {
     "sliding_window": "sliding window",
     "chunked_local": "chunked local",
     "mla": "MLA latent",
+    "compressed_mla": "compressed MLA",
     "mamba": "Mamba state",
     "linear_attention": "linear-attention state",
     "shared_kv": "shared KV",

@@ -58,6 +58,7 @@ KIND_RULES: dict[LayerKind, str | None] = {
     LayerKind.SLIDING_WINDOW: "swa",
     LayerKind.CHUNKED_LOCAL: "full",
     LayerKind.MLA: "full",
+    LayerKind.COMPRESSED_MLA: "unmodelled",  # DeepSeek-V4: SGLang's compressed pools are not modelled
     LayerKind.MAMBA: "state",
     LayerKind.LINEAR_ATTENTION: "state",
     LayerKind.SHARED_KV: None,
@@ -172,6 +173,9 @@ def _cells(model: ModelSpec, layers: range, kv_name: str, dtype: str, attn_tp: i
     full = swa = state = window = full_layers = swa_layers = 0
     for spec, n in model.spec_counts(layers).items():
         pool = KIND_RULES[spec.kind]
+        if pool == "unmodelled":
+            raise FieldError("model", f"{model.name} has {spec.kind} layers (DeepSeek-V4); kvplan models their "
+                             "caches for vLLM only (use --engine vllm)")
         if pool == "swa" and not swa_pool:
             pool = "full"  # before 0.5.3 every attention layer keeps all its tokens (the 0.4.4 Gemma 3 log)
         if pool == "state":

@@ -111,6 +111,11 @@ def _state(spec: LayerSpec, s: _Shape) -> HfLayerBytes:
     return HfLayerBytes(s.layer, spec.kind, 0, s.batch * per_request)
 
 
+def _unmodelled(spec: LayerSpec, s: _Shape) -> None:
+    raise FieldError("model", f"layer {s.layer} is a {spec.kind} layer (DeepSeek-V4); kvplan models its caches "
+                     "for vLLM only (use --engine vllm)")
+
+
 def _nothing(spec: LayerSpec, s: _Shape) -> None:
     return None  # DummyLayer: MLP/MoE-only and KV-shared layers cache nothing
 
@@ -121,6 +126,7 @@ KIND_RULES: dict[LayerKind, Callable[[LayerSpec, _Shape], HfLayerBytes | None]] 
     LayerKind.SLIDING_WINDOW: _kv,
     LayerKind.CHUNKED_LOCAL: _kv,
     LayerKind.MLA: _latent,
+    LayerKind.COMPRESSED_MLA: _unmodelled,
     LayerKind.MAMBA: _state,
     LayerKind.LINEAR_ATTENTION: _state,
     LayerKind.SHARED_KV: _nothing,

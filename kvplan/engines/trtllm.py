@@ -51,6 +51,7 @@ KIND_RULES: dict[LayerKind, str | None] = {
     LayerKind.SLIDING_WINDOW: "kv",
     LayerKind.CHUNKED_LOCAL: "kv",
     LayerKind.MLA: "kv",
+    LayerKind.COMPRESSED_MLA: "unmodelled",  # DeepSeek-V4's compressed caches
     LayerKind.MAMBA: "state",
     LayerKind.LINEAR_ATTENTION: "state",
     LayerKind.SHARED_KV: None,
@@ -98,6 +99,9 @@ def _bytes_per_token(model: ModelSpec, layers: range, kv_name: str, dtype: str, 
     total = 0
     for spec, n in model.spec_counts(layers).items():
         rule = KIND_RULES[spec.kind]
+        if rule == "unmodelled":
+            raise FieldError("model", f"{model.name} has {spec.kind} layers (DeepSeek-V4); kvplan models their "
+                             "caches for vLLM only (use --engine vllm)")
         if rule == "state":
             raise FieldError("model", f"{model.name} has {spec.kind} layers; kvplan does not model TensorRT-LLM's "
                              "state cache for them (use --engine vllm or sglang)")

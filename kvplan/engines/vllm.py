@@ -18,6 +18,7 @@ from kvplan.capacity.deployment import BoxProfile
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.engines.base import Refusal
 from kvplan.engines.vllm_batch import batch_shape
+from kvplan.engines.vllm_dsv4 import dsv4_block_size, dsv4_buffer_bytes, dsv4_gpu, dsv4_kv_dtype, dsv4_layout
 from kvplan.engines.vllm_encoder import encoder_profile, v0_encoder_profile
 from kvplan.engines.vllm_fallback import Fallback, v1_fallback
 from kvplan.engines.vllm_graphs import GraphModes, capture_sizes, graph_bytes
@@ -321,6 +322,7 @@ class VllmReport:
                     "lora_bytes": s.memory.lora_bytes,
                     "draft_bytes": s.memory.draft_bytes,
                     "mla_kept_bytes": s.memory.mla_kept_bytes,
+                    "buffer_bytes": s.memory.buffer_bytes,
                     "rotary_cache_bytes": s.memory.rotary_cache_bytes,
                     "activation_peak_bytes": s.memory.activation_peak_bytes,
                     "encoder_peak_bytes": s.memory.encoder_bytes,
@@ -407,12 +409,18 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         chunked_prefill=flags.enable_chunked_prefill,
     )
     runner = model_runner(model, rules, engine, flags.quantization)
+    kv_name = flags.kv_cache_dtype
+    block_size = (mla_block_size(rules, gpu.key, flags.kv_cache_dtype, flags.block_size) if mla_in_use else None) \
+        or flags.block_size or 16
+    if model.geometry.compressed_mla is not None:
+        kv_name = dsv4_kv_dtype(rules, kv_name, flags.version)
+        dsv4_gpu(rules, gpu.key, gpu.vendor, flags.version)
+        block_size = dsv4_block_size(flags.block_size)
     return ResolvedFlags(
         max_model_len=max_len,
         gpu_memory_utilization=flags.gpu_memory_utilization or rules.default_utilization,
-        kv_cache_dtype=resolve_kv_dtype(flags.kv_cache_dtype, dtype),
-        block_size=(mla_block_size(rules, gpu.key, flags.kv_cache_dtype, flags.block_size) if mla_in_use else None)
-        or flags.block_size or 16,
+        kv_cache_dtype=resolve_kv_dtype(kv_name, dtype),
+        block_size=block_size,
         max_num_seqs=shape.max_num_seqs,
         max_num_batched_tokens=shape.max_num_batched_tokens,
         tp=flags.tensor_parallel_size,
@@ -537,6 +545,8 @@ def _stage_layout(model: ModelSpec, layers: range, f: ResolvedFlags, block_size_
         specs = tuple(dense_mla_layer(spec, model, f.rules) for spec in specs)
     if f.num_speculative_tokens and model.mtp is not None and layers.stop == model.num_layers:
         specs = specs + model.mtp.layers
+    if model.geometry.compressed_mla is not None:
+        return dsv4_layout(specs, f.rules)
     stage = tuple(_vllm_state(spec, model, f) for spec in specs)
     chunk = model.geometry.mamba.chunk_size if model.geometry.mamba else 2048
     mode = mamba_cache_mode(model, f)
@@ -590,7 +600,7 @@ def _layout(stage: tuple[LayerSpec, ...], kv: KvDtype, tp: int, hybrid: bool, bl
 def estimate_max_model_len(layout: KvCacheLayout, available_bytes: int, limit: int, batched: int) -> int:
     """vLLM's estimate_max_model_len: the longest max_model_len whose one request fits, by bisection."""
     def fits(length: int) -> bool:
-        return layout.blocks_per_request(length, batched) * layout.bytes_per_block <= available_bytes
+        return layout.blocks_per_request(length, batched) * layout.check_bytes_per_block <= available_bytes
 
     if not fits(1):
         return 0
@@ -730,6 +740,7 @@ def plan_vllm(
         if f.runner == "v2" and f.rules.v1_budget == "consumed" else 0,
         mla_layer_bytes=0 if f.mla_dense is not None else mla_kept_bytes(model, rules, dtype=f.dtype, tp=f.tp,
                                                                          quantization=f.quantization),
+        buffers=dsv4_buffer_bytes(model, rules, max_num_batched_tokens=f.max_num_batched_tokens),
     )
     stage_layers = pp_stage_layers(model.num_layers, f.pp)
     modes = capture_sizes(rules, f.engine, gpu, max_num_seqs=f.max_num_seqs,
@@ -798,6 +809,8 @@ def _tokens_and_concurrency(
     if f.engine == "v0" or f.rules.v1_tokens_rule == "blocks":
         tokens = num_blocks * layout.block_size
         return tokens, tokens / f.max_model_len
+    if layout.weighted_concurrency:
+        per_request = layout.concurrency_blocks(f.max_model_len, f.window_tokens_in_flight)
     concurrency = num_blocks / per_request
     if f.rules.v1_tokens_rule == "blocks_per_group":
         return num_blocks // len(layout.groups) * layout.block_size, concurrency
@@ -972,7 +985,8 @@ def _startup_error(stages: list[StageKv], f: ResolvedFlags) -> Refusal | None:
     for s in stages:
         if s.available_kv_bytes <= 0:
             return _no_memory(f)
-        needed = s.layout.blocks_per_request(f.max_model_len, f.window_tokens_in_flight) * s.layout.bytes_per_block
+        needed = (s.layout.blocks_per_request(f.max_model_len, f.window_tokens_in_flight)
+                  * s.layout.check_bytes_per_block)
         if needed > s.available_kv_bytes:
             fit = estimate_max_model_len(s.layout, s.available_kv_bytes, f.max_model_len, f.window_tokens_in_flight)
             hint = f"Based on the available memory, the estimated maximum model length is {fit}. " if fit else ""

@@ -23,6 +23,8 @@ from kvplan.engines.vllm import (
     plan_vllm,
 )
 from kvplan.engines.vllm_calibration import calibration_for
+from kvplan.engines.vllm_dsv4 import dsv4_notes
+from kvplan.engines.vllm_kv import KvCacheLayout
 from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.engines.vllm_memory import StageMemory, WeightSplit
 from kvplan.engines.vllm_mla import dense_mla_layer
@@ -236,16 +238,9 @@ def _flashinfer_sampler_note(f: ResolvedFlags) -> str:
             f"{env}: the sampler sorts with PyTorch, a larger peak than FlashInfer's kernels")
 
 
-def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) -> list[str]:
-    """Why vLLM's figures are what they are: null block, windows, raised blocks, graphs, install, warm-up,
-    profile."""
-    f = r.flags
-    layout = r.stages[r.limiting_stage].layout
+def _layout_notes(f: ResolvedFlags, layout: KvCacheLayout) -> list[str]:
+    """Partly empty last blocks, sliding windows' reservations, blocks raised for a Mamba state."""
     out = []
-    if f.engine == "v1" and f.rules.null_block and r.num_blocks > 0:
-        out.append(f"1 of vLLM's {r.num_blocks:,} blocks is its null block, which no request can use")
-    elif any(k in d.model.layer_kinds() for k in ("sliding_window", "chunked_local")):
-        out.append(f"vLLM {f.version}'s V0 engine caches every token in sliding-window layers too")
     if f.max_model_len % layout.block_size:
         out.append(
             f"a request of {f.max_model_len:,} tokens takes {cdiv(f.max_model_len, layout.block_size):,} whole "
@@ -268,6 +263,23 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
         out.append(
             f"vLLM raises the attention block to {layout.block_size} tokens so one page holds a Mamba state"
         )
+    return out
+
+
+def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) -> list[str]:
+    """Why vLLM's figures are what they are: null block, windows, raised blocks, graphs, install, warm-up,
+    profile."""
+    f = r.flags
+    layout = r.stages[r.limiting_stage].layout
+    out = []
+    if f.engine == "v1" and f.rules.null_block and r.num_blocks > 0:
+        out.append(f"1 of vLLM's {r.num_blocks:,} blocks is its null block, which no request can use")
+    elif any(k in d.model.layer_kinds() for k in ("sliding_window", "chunked_local")):
+        out.append(f"vLLM {f.version}'s V0 engine caches every token in sliding-window layers too")
+    if d.model.geometry.compressed_mla is not None:
+        out.extend(dsv4_notes(layout, f.max_model_len, f.window_tokens_in_flight))
+    else:
+        out.extend(_layout_notes(f, layout))
     if f.num_speculative_tokens:
         out.append(f"MTP with {f.num_speculative_tokens} draft tokens: the draft's weights and its attention "
                    "layers' cache are counted (and, in a DeltaNet hybrid, its longer conv state and "

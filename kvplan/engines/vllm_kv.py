@@ -26,7 +26,7 @@ KERNEL_BLOCK_ALIGNMENT = 16
 class VllmLayerSpec:
     """One layer as vLLM's KV cache manager sees it on one rank."""
 
-    kind: str  # "full_attention", "sliding_window", "chunked_local", "mla", "mamba"
+    kind: str  # "full_attention", "sliding_window", "chunked_local", "mla", "compressed_mla", "mamba"
     bytes_per_token: int  # 0 for Mamba (its page is a constant state)
     window_tokens: int = 0  # sliding window or attention chunk
     state_bytes: int = 0  # Mamba / linear attention state per request
@@ -43,6 +43,7 @@ class KvGroup:
     bytes_per_token: int
     state_bytes: int
     block_size: int  # tokens per block of this group: raised where its page was smaller than the largest
+    page_bytes: int = 0  # the group's bytes a block id, where its pages differ (DeepSeek-V4); 0: uniform pages
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,12 @@ class KvCacheLayout:
     # State pages a request holds per Mamba group beyond its mode's: MTP's draft tokens (num_speculative_blocks)
     # and, in "align" mode from 0.32, a Mamba2 mixer's prefill checkpoint (vllm._extra_state_pages).
     extra_state_pages: int = 0
+    # DeepSeek-V4 (vllm_dsv4): the pool's bytes a block id and what the one-request check charges one, where
+    # they are not page_bytes x group_size (0: they are); and whether the concurrency counts a request's
+    # blocks weighted by each group's pages (0.20-0.26).
+    pool_block_bytes: int = 0
+    check_block_bytes: int = 0
+    weighted_concurrency: bool = False
 
     @property
     def block_size(self) -> int:
@@ -67,7 +74,22 @@ class KvCacheLayout:
     @property
     def bytes_per_block(self) -> int:
         """What one block id costs on this rank: one page in each of group_size tensors."""
-        return self.page_bytes * self.group_size
+        return self.pool_block_bytes or self.page_bytes * self.group_size
+
+    @property
+    def check_bytes_per_block(self) -> int:
+        """What the one-request check (and the estimated max model length) charges a block."""
+        return self.check_block_bytes or self.bytes_per_block
+
+    def concurrency_blocks(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """The blocks a request counts for "Maximum concurrency": its blocks, or with `weighted_concurrency`
+        its groups' bytes over the first group's page (get_max_concurrency_for_kv_cache_config, 0.20-0.26):
+        DeepSeek-V4-Flash at 13,528 tokens on 0.22: cdiv(4,936,980,480, 1,002,240) = 4,926 for 5,554 blocks."""
+        if not self.weighted_concurrency:
+            return self.blocks_per_request(max_model_len, max_num_batched_tokens)
+        used = sum(group_blocks(g, max_model_len, max_num_batched_tokens, self.mamba_cache_mode)
+                   * g.page_bytes for g in self.groups)
+        return cdiv(used, self.groups[0].page_bytes)
 
     def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """Blocks one request at max_model_len needs, summed over groups (max_memory_usage_bytes).
@@ -77,11 +99,13 @@ class KvCacheLayout:
         caching two in mamba_cache_mode "align", cdiv(L, B) in "all". Gemma-3-12B at L = T = 8,192, B = 16:
         512 + 5 x 513 = 3,077.
         """
-        return sum(_group_blocks(g, g.block_size, max_model_len, max_num_batched_tokens, self.mamba_cache_mode)
+        return sum(group_blocks(g, max_model_len, max_num_batched_tokens, self.mamba_cache_mode)
                    + (self.extra_state_pages if g.kind == "mamba" else 0) for g in self.groups)
 
 
-def _group_blocks(g: KvGroup, block_size: int, max_model_len: int, batched: int, mamba_cache_mode: str) -> int:
+def group_blocks(g: KvGroup, max_model_len: int, batched: int, mamba_cache_mode: str) -> int:
+    """Blocks one request holds in group `g` (its share of blocks_per_request)."""
+    block_size = g.block_size
     if g.kind == "mamba":
         if mamba_cache_mode == "all":
             return cdiv(max_model_len, block_size)
@@ -115,6 +139,7 @@ KIND_RULES: dict[LayerKind, Callable[[LayerSpec, KvDtype, int], VllmLayerSpec | 
     LayerKind.SLIDING_WINDOW: _attention("sliding_window"),
     LayerKind.CHUNKED_LOCAL: _attention("chunked_local"),
     LayerKind.MLA: _attention("mla"),
+    LayerKind.COMPRESSED_MLA: _attention("compressed_mla"),  # laid out by vllm_dsv4, not grouped here
     LayerKind.MAMBA: _state,
     LayerKind.LINEAR_ATTENTION: _state,
     LayerKind.SHARED_KV: _nothing,  # reads the KV of the layer it shares

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.capacity.weights import runtime_quant
+from kvplan.engines.vllm_dsv4 import dsv4_forward_bytes
 from kvplan.engines.vllm_encoder import EncoderProfile
 from kvplan.engines.vllm_lora import LoraSlots, lora_slot_bytes
 from kvplan.engines.vllm_mxfp4 import Mxfp4Backend, expert_bytes_per_rank
@@ -253,6 +254,7 @@ class StageMemory:
     intermediate_bytes: int = 0  # a later pipeline stage's receive buffers (intermediate_bytes), part of the peak
     sampler_state_bytes: int = 0  # Model Runner V2's sampler state on the last stage (v2_sampler_state_bytes)
     mla_kept_bytes: int = 0  # what the MLA layers keep beside their checkpoint weights, part of weights_bytes
+    buffer_bytes: int = 0  # buffers the model allocates when it is built (vllm_dsv4), part of weights_bytes
 
     @property
     def non_kv_bytes(self) -> int:
@@ -292,6 +294,10 @@ def rotary_cache_bytes(model: ModelSpec, elem: int) -> int:
     """
     if model.model_type in _NO_ROPE or not model.max_position_embeddings:
         return 0
+    if model.geometry.compressed_mla is not None:
+        # DeepSeek-V4 builds two caches (rope_theta and compress_rope_theta), kept in float32 (get_rope with
+        # is_deepseek_v4): Flash 2 x 1,048,576 x 64 x 4 B = 536,870,912 B.
+        return 2 * model.max_position_embeddings * model.geometry.rotary_dim * FP32_BYTES
     return model.max_position_embeddings * model.geometry.rotary_dim * elem
 
 
@@ -484,6 +490,8 @@ def activation_peak_bytes(
     b = weight_dtype_bytes(dtype)
     inter = (model.intermediate_size or 4 * model.hidden_size) / tp
     forward = FWD_BASE_BYTES + FWD_PER_TOKEN_WIDTH * max_num_batched_tokens * b * (inter + model.hidden_size)
+    if model.geometry.compressed_mla is not None:
+        forward = dsv4_forward_bytes(model, tp=tp, tokens=max_num_batched_tokens, dtype_bytes=b)
     if bnb_4bit is not None:
         forward += bnb_4bit_forward_bytes(model, compute=bnb_4bit, dtype=dtype, tp=tp, tokens=max_num_batched_tokens)
     moe = moe_workspace_bytes(model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
@@ -529,6 +537,7 @@ def stage_memory(
     mla_layer_bytes: int = 0,
     moe_scratch: str = "workspace",
     moe_chunk_tokens: int | None = None,
+    buffers: tuple[int, int] = (0, 0),
 ) -> tuple[StageMemory, ...]:
     """Weights, activation peak and non-torch memory on a rank of each pipeline stage.
 
@@ -542,6 +551,8 @@ def stage_memory(
     state the budget counts on the last stage (v2_sampler_state_bytes; 0 where none is counted).
     `mla_layer_bytes`: what each MLA layer, the draft's too, keeps beside its weights (vllm_mla.mla_kept_bytes).
     `moe_scratch`, `moe_chunk_tokens`: the release's fused-MoE buffers (moe_workspace_bytes).
+    `buffers`: what the model allocates when it is built on every stage, and on the last stage besides
+    (vllm_dsv4.dsv4_buffer_bytes); vLLM measures them with the weights.
     """
     elem = weight_dtype_bytes(dtype)
     quant = model.quant or (runtime_quant(quantization) if quantization else None)
@@ -566,6 +577,7 @@ def stage_memory(
         if draft and last and model.mtp is not None:
             mla_layers += sum(spec.kind == LayerKind.MLA for spec in model.mtp.layers)
         mla_kept = mla_layers * mla_layer_bytes
+        built = buffers[0] + (buffers[1] if last else 0)
         clone = compile_clone_bytes(model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens) \
             if cold_compile and i == 0 and encoder is None else 0
         received = intermediate_bytes(model, dtype=dtype, max_num_batched_tokens=max_num_batched_tokens) \
@@ -580,7 +592,7 @@ def stage_memory(
             StageMemory(
                 stage=i,
                 layers=len(stage),
-                weights_bytes=w + slots + drafted + mla_kept,
+                weights_bytes=w + slots + drafted + mla_kept + built,
                 rotary_cache_bytes=rope,
                 activation_peak_bytes=max(run_peak, clone),
                 non_torch=non_torch,
@@ -594,6 +606,7 @@ def stage_memory(
                 intermediate_bytes=received,
                 sampler_state_bytes=sampler_state_bytes if last else 0,
                 mla_kept_bytes=mla_kept,
+                buffer_bytes=built,
             )
         )
     return tuple(out)

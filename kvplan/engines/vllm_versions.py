@@ -178,6 +178,23 @@ class VllmRules:
     # V1's block pool keeps one block as the null block padded block-table slots point at (v1/core/block_pool.py
     # null_block, 0.8.3; absent from v1/core at 0.8.2) [1.8].
     null_block: bool = False
+    # DeepSeek-V4's caches (vllm_dsv4, engine-rules.md 1.24), from the 0.20-0.33 sdists. `dsv4`: the model is
+    # registered (0.20+). `dsv4_pool`, the bytes one block id takes in the shared pool: "tuples" (0.20-0.22:
+    # layer tuples x the full-MLA group's page sizes), "slots" (0.23-0.26: each page size x the most layers of
+    # it in one group), "stride" (0.27+: the largest group's pages). `dsv4_check`, what the one-request check
+    # charges a page: "tuples" to 0.28, "stride" from 0.29. `dsv4_state_padded`: compressor-state pages are
+    # raised to the next full-MLA page size (0.20-0.26). `dsv4_weighted_concurrency`: the concurrency divides
+    # by page-weighted blocks (0.20-0.26). `dsv4_mtp_buffer`: the MTP hidden-state buffer is built without
+    # speculative decoding (0.20-0.26). `dsv4_auto_fp8`: --kv-cache-dtype auto takes fp8 (0.30+; before, the
+    # attention layer asserts an fp8 cache).
+    dsv4: bool = False
+    dsv4_pool: str = "tuples"
+    dsv4_check: str = "tuples"
+    dsv4_state_padded: bool = True
+    dsv4_weighted_concurrency: bool = True
+    dsv4_mtp_buffer: bool = True
+    dsv4_auto_fp8: bool = False
+    dsv4_sm120: bool = False  # DeepSeek-V4 on SM120 (RTX PRO 6000, RTX 5090) through FlashInfer (0.24+)
 
     @property
     def release(self) -> str:
@@ -293,9 +310,9 @@ def _changes() -> tuple[VllmRules, ...]:
     # shows 0.17.0-0.19.0 reaching capture with 1,024 sequences on 856 blocks.
     change((0, 20, 0), "utilization 0.92; CUDA-graph estimate subtracted from the budget; Nemotron-H's SSM "
            "state float32 unless the config says; a hybrid's max_num_seqs bounded by the cache's blocks; Mamba "
-           "prefix caching aligned under speculative decoding",
+           "prefix caching aligned under speculative decoding; DeepSeek-V4",
            default_utilization=0.92, cudagraphs_subtracted=True, nemotron_ssm_default="float32",
-           mamba_seqs_check=True, mamba_mode_default="support_unless_spec")
+           mamba_seqs_check=True, mamba_mode_default="support_unless_spec", dsv4=True)
     change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len); an off-stride step is captured",
            v1_tokens_rule="concurrency", capture_step=True)
     # Model Runner V2 (vllm/config/vllm.py _is_default_v2_model_runner_model and DEFAULT_V2_MODEL_RUNNER_
@@ -307,9 +324,11 @@ def _changes() -> tuple[VllmRules, ...]:
            v2_runner="listed", v2_architectures=("Qwen3ForCausalLM",), v2_listed_unquantized=True,
            v2_sampler_fp32=True, kv_refusal_wording="cpu_note", mamba_mode_default="support",
            mamba_all_spec_pages=True)
-    change((0, 23, 0), "Model Runner V2 by default for Llama, Mistral and Qwen3 dense unquantized models",
-           v2_architectures=("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"))
-    change((0, 24, 0), "Model Runner V2 for the listed architectures, quantized or MoE too",
+    change((0, 23, 0), "Model Runner V2 by default for Llama, Mistral and Qwen3 dense unquantized models; "
+           "DeepSeek-V4's pool sized by page-size slots",
+           v2_architectures=("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"), dsv4_pool="slots")
+    change((0, 24, 0), "Model Runner V2 for the listed architectures, quantized or MoE too; DeepSeek-V4 on SM120",
+           dsv4_sm120=True,
            v2_architectures=("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "LlamaForCausalLM",
                              "MistralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM"),
            v2_listed_unquantized=False)
@@ -322,14 +341,19 @@ def _changes() -> tuple[VllmRules, ...]:
            "V2's profiled sampler keeps the logits in their own dtype; windows reserve every in-flight batch; ROCm "
            "charges its graph estimate",
            gdn_graph_transient=True, v2_sampler_fp32=False, window_in_flight_batches=True, cudagraphs_rocm=True)
-    change((0, 27, 0), "non-KV memory = drop in free memory + transient peak (same terms)", v1_budget="consumed")
+    change((0, 27, 0), "non-KV memory = drop in free memory + transient peak (same terms); DeepSeek-V4's pool "
+           "strided by its largest group, state pages unpadded, plain concurrency, no MTP buffer without a draft",
+           v1_budget="consumed", dsv4_pool="stride", dsv4_state_padded=False, dsv4_weighted_concurrency=False,
+           dsv4_mtp_buffer=False)
     change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line; "
            "no bitsandbytes; 16,384 tokens and 1,024 sequences on GPUs of 160 GiB and more; V2's weights line "
            "says memory; prefix caching on a hybrid aligns its Mamba state by default",
            blackwell_1024=True, combined_kv_line=True, bitsandbytes=False, v1_batch_rule="memory_tiers",
            v2_load_memory_word=True, mamba_mode_default="align")
-    change((0, 29, 0), "Model Runner V2 for every model; it estimates CUDA graphs; batch-sharded sampling",
-           v2_runner="all", v2_cudagraphs_profiled=True, v2_sharded_sampling=True)
+    change((0, 29, 0), "Model Runner V2 for every model; it estimates CUDA graphs; batch-sharded sampling; "
+           "DeepSeek-V4's one-request check at the pool's stride",
+           v2_runner="all", v2_cudagraphs_profiled=True, v2_sharded_sampling=True, dsv4_check="stride")
+    change((0, 30, 0), "DeepSeek-V4 takes --kv-cache-dtype auto as fp8", dsv4_auto_fp8=True)
     # v1/kv_cache_interface.py MambaSpec gains num_prefill_checkpoint_blocks at 0.29.0; mamba_mixer2.py sets it
     # to 1 from 0.32.0 (absent at 0.31.0).
     change((0, 32, 0), "a Mamba2 mixer keeps a prefill checkpoint page in align mode", mamba2_checkpoint_page=True)

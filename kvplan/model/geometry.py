@@ -42,6 +42,28 @@ class MlaGeometry:
 
 
 @dataclass(frozen=True)
+class CompressedMlaGeometry:
+    """DeepSeek-V4's attention: one shared latent head (K = V) of head_dim values, of which the last
+    qk_rope_head_dim are rotated; every layer keeps a sliding window of latents, and a layer whose
+    compress_ratio is r > 1 also keeps one compressed latent per r tokens (r = 4 adds a sparse-attention
+    indexer with its own keys). DeepSeek-V4-Flash: 512 = 448 + 64 wide, window 128, ratios 0, 0, then 4 and
+    128 alternating."""
+
+    head_dim: int  # the latent's width (512)
+    rope_dim: int  # its rotated part (qk_rope_head_dim, 64)
+    window: int  # sliding_window (128)
+    compress_ratios: tuple[int, ...]  # per layer: 1 (the window only), 4 or 128
+    q_lora_rank: int
+    o_lora_rank: int
+    o_groups: int  # the grouped output projection's groups
+    index_n_heads: int
+    index_head_dim: int
+    index_topk: int
+    hc_mult: int  # hyper-connections: the residual stream is hc_mult x hidden wide
+    num_hash_layers: int  # the first layers route tokens by a hash table instead of a learned gate
+
+
+@dataclass(frozen=True)
 class MambaGeometry:
     """Mamba (v1, Jamba) or Mamba2 (Nemotron-H, Granite 4) mixer dimensions."""
 
@@ -91,6 +113,7 @@ class Geometry:
     attention_chunk_size: int | None
     moe: MoeGeometry | None = None
     mla: MlaGeometry | None = None
+    compressed_mla: CompressedMlaGeometry | None = None
     mamba: MambaGeometry | None = None
     linear_attention: LinearAttentionGeometry | None = None
 
@@ -107,6 +130,8 @@ class Geometry:
     def rotary_dim(self) -> int:
         """Per-head width kvplan sizes the rotary cos/sin cache by: MLA rotates only qk_rope_head_dim,
         other attention the whole head (a partial_rotary_factor is not applied)."""
+        if self.compressed_mla is not None:
+            return self.compressed_mla.rope_dim
         return self.mla.qk_rope_head_dim if self.mla is not None else self.head_dim
 
     def v_dim(self, i: int) -> int:
@@ -157,6 +182,7 @@ def read_geometry(cfg: ConfigReader, raw: dict[str, Any], *, model_type: str, te
         attention_chunk_size=cfg.opt_int("attention_chunk_size"),
         moe=_moe(cfg, model_type, num_layers, max(intermediate) if intermediate else None),
         mla=mla,
+        compressed_mla=_compressed_mla(cfg, num_layers, head_dim) if LayerKind.COMPRESSED_MLA in kinds else None,
         mamba=_mamba(cfg, model_type, hidden) if LayerKind.MAMBA in mixers else None,
         linear_attention=_linear_attention(cfg) if LayerKind.LINEAR_ATTENTION in mixers else None,
     )
@@ -274,6 +300,39 @@ def _mla(cfg: ConfigReader) -> MlaGeometry:
         qk_nope_head_dim=cfg.require_int("qk_nope_head_dim"),
         qk_rope_head_dim=cfg.require_int("qk_rope_head_dim"),
         v_head_dim=cfg.require_int("v_head_dim"),
+    )
+
+
+# The ratios DeepSeek-V4's compressor is built for (vLLM's DeepseekCompressor asserts them).
+COMPRESS_RATIOS = (4, 128)
+
+
+def _compressed_mla(cfg: ConfigReader, num_layers: int, head_dim: int) -> CompressedMlaGeometry:
+    """DeepSeek-V4's attention dimensions. compress_ratios may list one more entry than there are layers
+    (the MTP block's, which vLLM never reads); 0 means the window alone (kept as ratio 1)."""
+    listed = cfg.int_list("compress_ratios", minimum=0)
+    if len(listed) < num_layers:
+        raise cfg.error("compress_ratios", f"has {len(listed)} entries for {num_layers} layers")
+    ratios = tuple(max(1, r) for r in listed[:num_layers])
+    bad = sorted({r for r in ratios if r != 1 and r not in COMPRESS_RATIOS})
+    if bad:
+        raise cfg.error("compress_ratios", f"has ratios {bad}; DeepSeek-V4's compressor takes 0, 4 or 128")
+    rope = cfg.require_int("qk_rope_head_dim")
+    if rope >= head_dim:
+        raise cfg.error("qk_rope_head_dim", f"{rope} must be below head_dim {head_dim}")
+    return CompressedMlaGeometry(
+        head_dim=head_dim,
+        rope_dim=rope,
+        window=cfg.require_int("sliding_window"),
+        compress_ratios=ratios,
+        q_lora_rank=cfg.require_int("q_lora_rank"),
+        o_lora_rank=cfg.require_int("o_lora_rank"),
+        o_groups=cfg.require_int("o_groups"),
+        index_n_heads=cfg.require_int("index_n_heads"),
+        index_head_dim=cfg.require_int("index_head_dim"),
+        index_topk=cfg.require_int("index_topk"),
+        hc_mult=cfg.opt_int("hc_mult") or 1,
+        num_hash_layers=cfg.opt_int("num_hash_layers", minimum=0) or 0,
     )
 
 

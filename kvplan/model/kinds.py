@@ -14,6 +14,7 @@ class LayerKind(str, Enum):
     SLIDING_WINDOW = "sliding_window"
     CHUNKED_LOCAL = "chunked_local"
     MLA = "mla"
+    COMPRESSED_MLA = "compressed_mla"  # DeepSeek-V4: a latent window plus compressed entries (and an indexer)
     MAMBA = "mamba"  # Mamba (v1) or Mamba2 state
     LINEAR_ATTENTION = "linear_attention"  # gated DeltaNet state
     SHARED_KV = "shared_kv"  # reads another layer's KV (Gemma 3n)

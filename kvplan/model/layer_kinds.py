@@ -35,6 +35,8 @@ def mixer_kinds(cfg: ConfigReader, model_type: str, text_type: str, num_layers: 
     """One kind per layer, before KV sharing: Gemma-2-9B -> [sliding, full] * 21; DeepSeek-V3 -> [mla] * 61."""
     if cfg.has("kv_lora_rank"):
         return [LayerKind.MLA] * num_layers
+    if cfg.has("compress_ratios"):
+        return [LayerKind.COMPRESSED_MLA] * num_layers  # DeepSeek-V4: each layer's ratio is in its geometry
 
     pattern = cfg.opt_str("hybrid_override_pattern")
     if pattern is not None:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from kvplan.model.config_reader import ConfigReader
-from kvplan.model.geometry import Geometry, LinearAttentionGeometry, MambaGeometry, MlaGeometry
+from kvplan.model.geometry import CompressedMlaGeometry, Geometry, LinearAttentionGeometry, MambaGeometry, MlaGeometry
 from kvplan.model.kinds import LayerKind
 from kvplan.model.specs import ParamGroup, QuantSpec
 
@@ -44,12 +44,16 @@ class _Counter:
         self._params: dict[_Key, int] = {}
         self._tp: dict[_Key, str] = {}
         self._mats: dict[_Key, list[tuple[int, int, int]]] = {}
+        self._elem: dict[_Key, int] = {}
 
-    def add(self, group: str, n: int, *, tp: str = "split") -> None:
-        """`n` parameters that no weight-only quantizer packs (norms, biases, embeddings, routers)."""
+    def add(self, group: str, n: int, *, tp: str = "split", elem_bytes: int | None = None) -> None:
+        """`n` parameters that no weight-only quantizer packs (norms, biases, embeddings, routers);
+        `elem_bytes` where the model keeps them in a dtype of their own (float32: 4)."""
         key = (group, False, None)
         self._params[key] = self._params.get(key, 0) + n
         self._tp.setdefault(key, tp)
+        if elem_bytes is not None:
+            self._elem[key] = elem_bytes
 
     def linear(
         self,
@@ -101,6 +105,7 @@ class _Counter:
                     tp=self._tp[key],
                     matrices=tuple(self._mats.get(key, ())),
                     fmt=fmt,
+                    elem_bytes=self._elem.get(key),
                 )
             )
         return tuple(out)
@@ -599,6 +604,75 @@ def _phi(c: _Counter, g: Geometry, cfg: ConfigReader) -> None:
     c.add("lm_head", (0 if g.tie_word_embeddings else vocab * h) + vocab, tp="vocab")
 
 
+# DeepSeek-V4's routed experts are MXFP4 (expert_dtype "fp4"): two e2m1 values a byte and one ue8m0 scale per
+# 32, which vLLM keeps as loaded (Mxfp4MoEMethod; Marlin and Humming repack without padding these widths).
+_DSV4_EXPERTS = QuantSpec("mxfp4", 4, group_size=32, scale_bytes=1, note="DeepSeek-V4 routed experts (fp4)")
+FP32_BYTES, INT32_BYTES = 4, 4
+
+
+def _deepseek_v4(c: _Counter, g: Geometry, cfg: ConfigReader) -> None:
+    """DeepSeek-V4 as vLLM builds it (models/deepseek_v4, read in the 0.20-0.33 sdists). Per layer: a fused
+    q/kv down-projection (replicated, fp8), q up-projection and a grouped output projection (wo_a over
+    o_groups, wo_b), split over TP; a compressor for ratio > 1 (an overlapping pair for ratio 4) and an
+    indexer for ratio 4, replicated and kept in bf16 but the indexer's fp8 q projection; hyper-connection
+    mixers in float32; a router (a hash table instead of its bias on the first num_hash_layers layers), one
+    shared expert in fp8 and MXFP4 routed experts. DeepSeek-V4-Flash: 284,332,241,239 parameters without
+    its MTP block (llama.cpp counts 284.33 B), 148.6 GiB as the checkpoint stores them."""
+    d = g.compressed_mla
+    moe = g.moe
+    if d is None or moe is None:
+        raise cfg.error("compress_ratios", "DeepSeek-V4 needs compress_ratios and n_routed_experts")
+    hidden, heads, vocab = g.hidden_size, g.num_attention_heads, g.vocab_size
+    layers = list(range(g.num_layers))
+    p = "{p}.layers.{i}"
+    c.linear("latent_projection", p + ".attn.fused_wqa_wkv", hidden, d.q_lora_rank + d.head_dim, layers=layers,
+             tp="replicated")
+    c.add("norms", len(layers) * (d.q_lora_rank + d.head_dim + 2 * hidden), tp="replicated")
+    c.linear("attention", p + ".attn.wq_b", d.q_lora_rank, heads * d.head_dim, layers=layers)
+    c.linear("attention", p + ".attn.wo_a", heads * d.head_dim // d.o_groups, d.o_groups * d.o_lora_rank,
+             layers=layers)
+    c.linear("attention", p + ".attn.wo_b", d.o_groups * d.o_lora_rank, hidden, layers=layers)
+    c.add("attention_fp32", len(layers) * heads, elem_bytes=FP32_BYTES)  # attn_sink, one per head
+    for i, ratio in enumerate(d.compress_ratios):
+        if ratio > 1:
+            _dsv4_compressor(c, d, hidden, ratio, d.head_dim)
+        if ratio == 4:
+            c.linear("indexer", p + ".attn.indexer.wq_b", d.q_lora_rank, d.index_n_heads * d.index_head_dim,
+                     layers=[i], tp="replicated")
+            c.add("compressors", d.index_n_heads * hidden, tp="replicated")  # weights_proj, bf16
+            _dsv4_compressor(c, d, hidden, ratio, d.index_head_dim)
+    # Hyper-connections: per mixer (attention, FFN) fn [(2 + m) m, m H], base [(2 + m) m], scale [3]; and
+    # the head's fn [m, m H], base [m], scale [1]. Flash (m = 4, H = 4,096): 2 x 24 x 16,384 floats a layer.
+    m = d.hc_mult
+    mix = (2 + m) * m
+    c.add("hyper_connections", len(layers) * 2 * (mix * m * hidden + mix + 3) + m * m * hidden + m + 1,
+          tp="replicated", elem_bytes=FP32_BYTES)
+    c.add("router", len(layers) * moe.num_experts * hidden, tp="replicated")
+    hashed = min(d.num_hash_layers, len(layers))
+    c.add("router_fp32", (len(layers) - hashed) * moe.num_experts, tp="replicated", elem_bytes=FP32_BYTES)
+    if hashed:
+        c.add("hash_routing", hashed * vocab * (moe.experts_per_token or 1), tp="replicated",
+              elem_bytes=INT32_BYTES)
+    shared = moe.expert_intermediate_size * max(1, moe.shared_experts)
+    c.linear("mlp", p + ".ffn.shared_experts.gate_up_proj", hidden, 2 * shared, layers=layers)
+    c.linear("mlp", p + ".ffn.shared_experts.down_proj", shared, hidden, layers=layers)
+    formats, c.formats = c.formats, (lambda name: _DSV4_EXPERTS if ".experts." in name else None)
+    width = moe.expert_intermediate_size
+    c.linear("experts", p + ".ffn.experts.w13", hidden, 2 * width, layers=layers, per_layer=moe.num_experts)
+    c.linear("experts", p + ".ffn.experts.w2", width, hidden, layers=layers, per_layer=moe.num_experts)
+    c.formats = formats
+    c.add("norms", hidden, tp="replicated")
+    _embeddings(c, g)
+
+
+def _dsv4_compressor(c: _Counter, d: CompressedMlaGeometry, hidden: int, ratio: int, width: int) -> None:
+    """One compressor of `width`-wide entries: ape [r, coff x width] in float32, the fused kv/gate
+    projection [2 coff width, H] and a norm in bf16; coff = 2 for the overlapping ratio-4 kind."""
+    coff = 2 if ratio == 4 else 1
+    c.add("compressors_fp32", ratio * coff * width, tp="replicated", elem_bytes=FP32_BYTES)
+    c.add("compressors", 2 * coff * width * hidden + width, tp="replicated")
+
+
 _SPECIAL: dict[str, Callable[[_Counter, Geometry, ConfigReader], None]] = {
     "gpt2": _gpt2,
     "gpt_bigcode": _gpt2,
@@ -611,6 +685,7 @@ _SPECIAL: dict[str, Callable[[_Counter, Geometry, ConfigReader], None]] = {
     "jamba": _jamba,
     "granitemoehybrid": _granitemoehybrid,
     "gemma3n_text": _gemma3n,
+    "deepseek_v4": _deepseek_v4,
 }
 
 

@@ -24,6 +24,7 @@ from kvplan.model.geometry import Geometry, read_geometry
 from kvplan.model.kinds import LayerKind
 from kvplan.model.specs import (
     ChunkedLocalAttentionSpec,
+    CompressedMLASpec,
     FullAttentionSpec,
     LayerSpec,
     LinearAttentionSpec,
@@ -49,7 +50,8 @@ _FAMILIES = {
     "granitemoe": "granite-moe",
     "granitemoehybrid": "granite-4", "phi": "phi", "phi3": "phi3", "opt": "opt", "gpt2": "gpt2",
     "gpt_bigcode": "gpt-bigcode", "falcon": "falcon", "RefinedWebModel": "falcon", "RefinedWeb": "falcon",
-    "deepseek_v2": "deepseek", "deepseek_v3": "deepseek", "kimi_k2": "deepseek", "gpt_oss": "gpt-oss",
+    "deepseek_v2": "deepseek", "deepseek_v3": "deepseek", "kimi_k2": "deepseek",
+    "deepseek_v4": "deepseek-v4", "gpt_oss": "gpt-oss",
     "nemotron_h": "nemotron-h", "jamba": "jamba", "starcoder2": "starcoder2", "cohere": "cohere",
     "cohere2": "cohere", "olmo2": "olmo", "llava": "llava", "llava_next": "llava", "kimi_vl": "kimi-vl",
     "meta-llama": "llama",
@@ -59,8 +61,7 @@ _FAMILIES = {
 # would size a cache the engine does not build (DeepSeek-V4-Flash read that way plans 54 GiB of KV that vLLM
 # does not have), so it is refused by the key.
 _UNMODELLED_CACHE_KEYS = {
-    "compress_ratios": "compressed attention (DeepSeek-V4: per-layer KV compression and its own caches)",
-    "index_topk": "a sparse-attention indexer (DeepSeek-V3.2, V4), whose key cache vLLM keeps beside the KV",
+    "index_topk": "a sparse-attention indexer (DeepSeek-V3.2), whose key cache vLLM keeps beside the KV",
 }
 
 # Absent keys whose class default changes a size; defaults of flags such as attention_bias are not worth a note.
@@ -171,7 +172,7 @@ def parse_config(
         )
 
     for key, mechanism in _UNMODELLED_CACHE_KEYS.items():
-        if cfg.has(key):
+        if cfg.has(key) and not cfg.has("compress_ratios"):  # DeepSeek-V4's indexer is part of its layers
             raise cfg.error(key, f"marks {mechanism}, which kvplan does not model; it gives no estimate rather "
                                  "than a wrong one for this model")
     geometry = read_geometry(cfg, raw, model_type=model_type, text_type=str(text_type), notes=notes)
@@ -362,11 +363,20 @@ def _linear_attention(g: Geometry, cfg: ConfigReader, i: int) -> LayerSpec:
 
 
 # How each kind's spec is built from the geometry (a kind table: tests check it covers every LayerKind).
+def _compressed(g: Geometry, cfg: ConfigReader, i: int) -> LayerSpec:
+    c = g.compressed_mla
+    assert c is not None  # read_geometry reads it for every config with compress_ratios
+    ratio = c.compress_ratios[i]
+    return CompressedMLASpec(head_dim=c.head_dim, rope_dim=c.rope_dim, window=c.window, compress_ratio=ratio,
+                             index_head_dim=c.index_head_dim if ratio == 4 else 0)
+
+
 SPEC_BUILDERS: dict[LayerKind, Callable[[Geometry, ConfigReader, int], LayerSpec]] = {
     LayerKind.FULL_ATTENTION: _full,
     LayerKind.SLIDING_WINDOW: _sliding,
     LayerKind.CHUNKED_LOCAL: _chunked,
     LayerKind.MLA: _mla,
+    LayerKind.COMPRESSED_MLA: _compressed,
     LayerKind.MAMBA: _mamba,
     LayerKind.LINEAR_ATTENTION: _linear_attention,
     LayerKind.SHARED_KV: _shared,

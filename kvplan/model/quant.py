@@ -291,6 +291,8 @@ def module_formats(quant: QuantSpec) -> Callable[[str], QuantSpec | None]:
 
 def group_weight_bytes(group: ParamGroup, quant: QuantSpec | None, dtype_bytes: int) -> int:
     """Bytes of one parameter group stored as the checkpoint stores it."""
+    if group.elem_bytes is not None:
+        return group.params * group.elem_bytes
     if group.fmt is not None:
         quant = group.fmt  # a MIXED_PRECISION checkpoint: this group's own format
     if quant is None or not group.quantizable:

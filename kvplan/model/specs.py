@@ -44,6 +44,11 @@ class LayerSpec:
         """Tokens of a `seq_tokens`-long request this layer keeps in its cache."""
         return 0
 
+    def cache_bytes(self, kv: KvDtype, tp: int, seq_tokens: int) -> int:
+        """Bytes a `seq_tokens`-long request keeps in this layer's cache on one TP rank, state excluded: the
+        resident tokens at their bytes each, for every kind whose tokens all cost the same."""
+        return self.kv_bytes_per_token(kv, tp) * self.resident_tokens(seq_tokens)
+
     def state_bytes(self, tp: int = 1) -> int:
         """Constant per-request state (Mamba / linear attention), independent of sequence length."""
         return 0
@@ -172,6 +177,54 @@ class MLASpec(LayerSpec):
 
 
 @dataclass(frozen=True)
+class CompressedMLASpec(LayerSpec):
+    """A DeepSeek-V4 attention layer. One latent head of `head_dim` values (K = V) serves every query head, so
+    the cache is the same on every TP rank. The layer keeps the last `window` tokens' latents, and where
+    `compress_ratio` r > 1 one compressed latent per r tokens of the whole history; r = 4 layers also keep
+    an indexer key of `index_head_dim` values per compressed entry. DeepSeek-V4-Flash in bf16 at 32,768
+    tokens: a ratio-4 layer holds 128 x 1,024 + 8,192 x (1,024 + 256) = 10,616,832 B, a ratio-128 layer
+    128 x 1,024 + 256 x 1,024 = 393,216 B. (vLLM stores them in its own fp8 layout: vllm_dsv4.)"""
+
+    head_dim: int
+    rope_dim: int
+    window: int
+    compress_ratio: int = 1  # 1: the window alone
+    index_head_dim: int = 0  # the indexer's key width (ratio-4 layers); 0 without an indexer
+
+    kind: ClassVar[LayerKind] = LayerKind.COMPRESSED_MLA
+
+    def entry_bytes(self, kv: KvDtype) -> int:
+        """One latent (a window token's or a compressed entry's) with its indexer key, if any."""
+        return kv.vector_bytes(self.head_dim)
+
+    def index_bytes(self, kv: KvDtype) -> int:
+        return kv.vector_bytes(self.index_head_dim) if self.index_head_dim else 0
+
+    def compressed_entries(self, seq_tokens: int) -> int:
+        """Compressed latents a request holds: one per complete run of r tokens (0 for the window alone)."""
+        return seq_tokens // self.compress_ratio if self.compress_ratio > 1 else 0
+
+    def kv_bytes_per_token(self, kv: KvDtype, tp: int = 1) -> int:
+        """What one more token adds once the window is full, averaged over r tokens and rounded up (ratio
+        128 in bf16: cdiv(1,024, 128) = 8 B); a window-only layer adds nothing past its window, and is
+        reported at its window tokens' bytes each."""
+        if self.compress_ratio == 1:
+            return self.entry_bytes(kv)
+        return cdiv(self.entry_bytes(kv) + self.index_bytes(kv), self.compress_ratio)
+
+    def resident_tokens(self, seq_tokens: int) -> int:
+        return min(seq_tokens, self.window) if self.compress_ratio == 1 else seq_tokens
+
+    def cache_bytes(self, kv: KvDtype, tp: int, seq_tokens: int) -> int:
+        window = min(seq_tokens, self.window) * self.entry_bytes(kv)
+        return window + self.compressed_entries(seq_tokens) * (self.entry_bytes(kv) + self.index_bytes(kv))
+
+    @property
+    def window_tokens(self) -> int | None:
+        return self.window if self.compress_ratio == 1 else None
+
+
+@dataclass(frozen=True)
 class StateTensor:
     """One constant-size state tensor of a recurrent layer, e.g. Mamba2's conv state (conv_dim, kernel-1).
 
@@ -251,8 +304,8 @@ class SharedKVSpec(LayerSpec):
 # The one spec class of each kind, for the parser and for tests that every kind has a class.
 SPEC_CLASSES: dict[LayerKind, type[LayerSpec]] = {
     cls.kind: cls
-    for cls in (FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec, MLASpec, MambaSpec,
-                LinearAttentionSpec, SharedKVSpec, NoCacheSpec)
+    for cls in (FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec, MLASpec, CompressedMLASpec,
+                MambaSpec, LinearAttentionSpec, SharedKVSpec, NoCacheSpec)
 }
 
 
@@ -285,6 +338,9 @@ class ParamGroup:
     # The group's Linear matrices, for group-wise scale counts and the vision tower's shape; empty = none.
     matrices: tuple[tuple[int, int, int], ...] = ()  # (count, out_features, in_features)
     fmt: QuantSpec | None = None  # its format in a MIXED_PRECISION checkpoint; None: the checkpoint's one
+    # Bytes per parameter where the model keeps the group in its own dtype whatever the serving dtype
+    # (DeepSeek-V4's float32 hyper-connection mixers, int32 hash-routing table); None: the serving dtype.
+    elem_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
+from kvplan.errors import InputError
 from kvplan.model.specs import (
     AttentionSpec,
     ChunkedLocalAttentionSpec,
@@ -25,7 +26,7 @@ from kvplan.model.specs import (
 )
 from kvplan.units import cdiv
 from kvplan.verify.device import torch_dtype
-from kvplan.verify.setup import LayerPlan, VerifySetup
+from kvplan.verify.setup import COMPRESSED_REFUSAL, LayerPlan, VerifySetup
 from kvplan.verify.storage import Format, decode, encode, storage_format
 
 
@@ -209,6 +210,11 @@ def _chunk_start(spec: LayerSpec, pos: int) -> int:
     return pos - pos % size
 
 
+def compressed_unsupported(*_: object) -> NoReturn:
+    """DeepSeek-V4's layers: verify refuses them in prepare(), before any table is consulted."""
+    raise InputError(COMPRESSED_REFUSAL)
+
+
 def _attends_nothing(spec: LayerSpec, pos: int) -> int:
     raise ValueError(f"a {spec.kind} layer attends over no cached tokens")
 
@@ -220,6 +226,7 @@ FIRST_VISIBLE: dict[LayerKind, Callable[[LayerSpec, int], int]] = {
     LayerKind.SLIDING_WINDOW: _window_start,
     LayerKind.CHUNKED_LOCAL: _chunk_start,
     LayerKind.MLA: _from_start,
+    LayerKind.COMPRESSED_MLA: compressed_unsupported,
     LayerKind.MAMBA: _attends_nothing,
     LayerKind.LINEAR_ATTENTION: _attends_nothing,
     LayerKind.SHARED_KV: _attends_nothing,
@@ -327,6 +334,7 @@ ALLOCATORS: dict[LayerKind, Allocator] = {
     LayerKind.SLIDING_WINDOW: _token_cache(_kv_stores),
     LayerKind.CHUNKED_LOCAL: _token_cache(_kv_stores),
     LayerKind.MLA: _token_cache(_latent_store),
+    LayerKind.COMPRESSED_MLA: compressed_unsupported,
     LayerKind.MAMBA: _state_cache,
     LayerKind.LINEAR_ATTENTION: _state_cache,
     LayerKind.SHARED_KV: _no_cache,

@@ -19,7 +19,14 @@ from typing import Any, cast
 from kvplan.model.specs import AttentionSpec, LayerKind, LayerSpec, MLASpec, StateSpec, kv_heads_per_rank
 from kvplan.records import dataclass
 from kvplan.units import cdiv
-from kvplan.verify.alloc import LayerCache, StateCache, TokenCache, _first_visible, state_shape
+from kvplan.verify.alloc import (
+    LayerCache,
+    StateCache,
+    TokenCache,
+    _first_visible,
+    compressed_unsupported,
+    state_shape,
+)
 from kvplan.verify.device import torch_dtype
 from kvplan.verify.setup import LayerPlan, VerifySetup
 from kvplan.verify.storage import roundtrip, storage_format
@@ -357,6 +364,7 @@ ATTENTION_HEADS: dict[LayerKind, Callable[[LayerSpec, int, int], Heads]] = {
     LayerKind.SLIDING_WINDOW: _kv_heads,
     LayerKind.CHUNKED_LOCAL: _kv_heads,
     LayerKind.MLA: _latent_heads,
+    LayerKind.COMPRESSED_MLA: compressed_unsupported,
     LayerKind.MAMBA: _not_attention,
     LayerKind.LINEAR_ATTENTION: _not_attention,
     LayerKind.SHARED_KV: _not_attention,
@@ -370,6 +378,7 @@ LAYER_STEPS: dict[LayerKind, Step] = {
     LayerKind.SLIDING_WINDOW: Decoder.attention_step,
     LayerKind.CHUNKED_LOCAL: Decoder.attention_step,
     LayerKind.MLA: Decoder.attention_step,
+    LayerKind.COMPRESSED_MLA: compressed_unsupported,
     LayerKind.MAMBA: Decoder.state_step,
     LayerKind.LINEAR_ATTENTION: Decoder.state_step,
     LayerKind.SHARED_KV: Decoder.pass_through,

@@ -8,7 +8,7 @@ from dataclasses import replace
 from kvplan.capacity.kv import KindKv, KvEstimate, KvRequest, estimate_kv, pp_stage_layers
 from kvplan.errors import InputError
 from kvplan.model.dtypes import KvDtype, resolve_kv_dtype, serving_dtype
-from kvplan.model.specs import LayerSpec, ModelSpec
+from kvplan.model.specs import LayerKind, LayerSpec, ModelSpec
 from kvplan.records import dataclass
 from kvplan.sources.resolve import resolve_model
 
@@ -80,6 +80,11 @@ class VerifySetup:
         return out
 
 
+# DeepSeek-V4's window, compressed latents and indexer keys are not built here; estimate and check size them.
+COMPRESSED_REFUSAL = ("kvplan verify does not build DeepSeek-V4's compressed caches (its window, compressed "
+                      "latents and indexer keys); `kvplan estimate --engine vllm` sizes them")
+
+
 def scaled_batch(batch: int, fraction: float) -> int:
     """--fraction 0.25 of 16 requests -> 4; never below one request."""
     if not 0 < fraction <= 1:
@@ -104,6 +109,8 @@ def prepare(req: VerifyRequest) -> VerifySetup:
         raise InputError("--steps must be >= 1")
     resolved = resolve_model(req.model, revision=req.revision, token=req.token, offline=req.offline)
     model = resolved.model
+    if any(spec.kind == LayerKind.COMPRESSED_MLA for spec in model.layers):
+        raise InputError(COMPRESSED_REFUSAL)
     notices = list(resolved.notices)
     seq_tokens = req.seq_tokens
     if seq_tokens is None:
