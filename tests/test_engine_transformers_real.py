@@ -84,13 +84,16 @@ def _build(raw: dict):
 
 
 def _held_bytes(cache) -> int:
-    """Every tensor the cache holds: K and V, and the conv / recurrent states of linear-attention layers."""
-    tensors = []
+    """Every distinct tensor the cache holds: K and V (DeepSeek-V4's compressing layers alias V to K), the conv
+    / recurrent states of linear-attention layers, and DeepSeek-V4's compressor and indexer state."""
+    tensors = {}
     for layer in cache.layers:
-        tensors += [getattr(layer, "keys", None), getattr(layer, "values", None)]
-        for states in ("conv_states", "recurrent_states"):
-            tensors += list((getattr(layer, states, None) or {}).values())
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            tensors[id(t)] = t
+        for states in ("conv_states", "recurrent_states", "compressed_kv", "buffer_kv", "buffer_gate", "overlap_kv",
+                       "overlap_gate"):
+            tensors.update((id(t), t) for t in (getattr(layer, states, None) or {}).values())
+    return sum(t.numel() * t.element_size() for t in tensors.values() if isinstance(t, torch.Tensor))
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)

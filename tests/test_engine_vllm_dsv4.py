@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvplan.engines.transformers import hf_cache_bytes
 from kvplan.engines.vllm import VllmFlags, plan_vllm, resolve_flags
 from kvplan.engines.vllm_dsv4 import (
     approximate_gcd,
@@ -137,11 +138,24 @@ def test_buffers_vllm_builds_with_the_model() -> None:
     assert dsv4_buffer_bytes(FLASH, rules_for("0.27.0"), max_num_batched_tokens=16_384) == (33_554_432, 0)
 
 
-@pytest.mark.parametrize(("engine", "tp"), [("sglang", "2"), ("trtllm", "2"), ("transformers", "1")])
-def test_engines_without_a_model_of_it_say_so(runner, engine: str, tp: str) -> None:
-    result = run_cli(runner, "estimate", "deepseek-ai/DeepSeek-V4-Flash", "--gpu", "GH200-96GB", "--tp", tp,
+@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
+def test_engines_without_a_model_of_it_say_so(runner, engine: str) -> None:
+    result = run_cli(runner, "estimate", "deepseek-ai/DeepSeek-V4-Flash", "--gpu", "GH200-96GB", "--tp", "2",
                      "--engine", engine)
     assert result.exit_code == 2 and "for vLLM only" in result.stderr, result.output
+
+
+def test_transformers_dynamic_cache_of_it() -> None:
+    # Transformers 5.24 (modeling_deepseek_v4.py), one request of 5,000 tokens in bf16. The 2 window-only layers
+    # keep K and V apart: 2 x 127 x 512 x 2 B = 260,096 each. A ratio-4 layer aliases V to K (127 x 512 x 2 =
+    # 130,048), keeps 1,250 entries of its compressor (512 wide) and indexer (128): 1,600,000, no pending tokens
+    # (5,000 = 1,250 x 4), and the last window's slice, kv in bf16 and gate in float32: 4 x 640 x 6 = 15,360;
+    # 1,745,408 each. A ratio-128 layer: 130,048 + 39 x 512 x 2 + the 8 pending tokens' kv and gate 2 x 8 x 512
+    # x 2 = 186,368. 2 x 260,096 + 21 x 1,745,408 + 20 x 186,368 = 40,901,120 B. tests/test_engine_transformers_
+    # real.py checks the same rule against the cache Transformers builds.
+    assert hf_cache_bytes(FLASH, seq_tokens=5_000, batch=1, dtype="bfloat16").total_bytes == 40_901_120
+    with pytest.raises(FieldError, match="DynamicCache only"):
+        hf_cache_bytes(FLASH, seq_tokens=5_000, batch=1, dtype="bfloat16", cache="static")
 
 
 def test_verify_refuses_it_before_allocating() -> None:

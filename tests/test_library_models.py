@@ -40,9 +40,10 @@ PINS = [
     ("deepseek-ai/DeepSeek-V3", 70_272, 671_026_404_352),
     # bf16 latents of 512 x 2 B: 2 window-only layers at 1,024 B a token; 21 ratio-4 layers at cdiv(1,024 + 128
     # x 2, 4) = 320; 20 ratio-128 layers at cdiv(1,024, 128) = 8: 2,048 + 6,720 + 160. Parameters: the layers'
-    # (hyper-connections, hash table and MXFP4 experts included, tests/test_parse.py) and 2 x 129,280 x 4,096
-    # for the untied embedding and head.
-    ("deepseek-ai/DeepSeek-V4-Flash", 8_928, 284_334_567_511),
+    # (hyper-connections and MXFP4 experts included, tests/test_parse.py; the hash table and router bias are
+    # buffers) and 2 x 129,280 x 4,096 for the untied embedding and head; Transformers 5.24 counts the same
+    # (tests/test_params_transformers.py).
+    ("deepseek-ai/DeepSeek-V4-Flash", 8_928, 284_332_230_231),
     # 12 x 2 x 12 heads x 64 x 2 B (MHA)
     ("facebook/opt-125m", 36_864, 125_239_296),
     # 32 x 2 x 32 x 128 x 2 B

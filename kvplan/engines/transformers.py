@@ -24,10 +24,20 @@ from kvplan.capacity.weights import estimate_weights
 from kvplan.engines.base import EngineAccount, Knobs, KvPool, MemoryTerm, Refusal
 from kvplan.errors import FieldError, InputError
 from kvplan.model.dtypes import serving_dtype, weight_dtype_bytes
-from kvplan.model.specs import AttentionSpec, LayerKind, LayerSpec, MLASpec, ModelSpec, StateSpec, StateTensor
+from kvplan.model.specs import (
+    AttentionSpec,
+    CompressedMLASpec,
+    LayerKind,
+    LayerSpec,
+    MLASpec,
+    ModelSpec,
+    StateSpec,
+    StateTensor,
+)
 from kvplan.records import dataclass
 from kvplan.units import fmt_gib
 
+FP32_BYTES = 4
 CACHE_KINDS = ("dynamic", "static")
 # The recurrent state of every Transformers scan (mamba2_chunk_scan, torch_chunk_gated_delta_rule, Jamba's
 # selective scan) is computed in float32 and cached as returned.
@@ -111,9 +121,30 @@ def _state(spec: LayerSpec, s: _Shape) -> HfLayerBytes:
     return HfLayerBytes(s.layer, spec.kind, 0, s.batch * per_request)
 
 
-def _unmodelled(spec: LayerSpec, s: _Shape) -> None:
-    raise FieldError("model", f"layer {s.layer} is a {spec.kind} layer (DeepSeek-V4); kvplan models its caches "
-                     "for vLLM only (use --engine vllm)")
+def _compressed(spec: LayerSpec, s: _Shape) -> HfLayerBytes:
+    """DeepSeek-V4 (modeling_deepseek_v4.py, Transformers 5.24; DynamicCache only). A window-only layer is a
+    DynamicSlidingWindowLayer with K and V apart; a compressing layer (DeepseekV4CSACache for ratio 4,
+    DeepseekV4HCACache for 128) aliases V to K and keeps, for its compressor and its indexer: the entries
+    emitted (one per r tokens), the tokens since the last one (its kv and gate projections, coff x width
+    each), and for ratio 4 the last window's first-series slice, kv in the model dtype and gate in float32.
+    Flash, a ratio-4 layer, 5,000 tokens in bf16: 127 x 512 x 2 + 1,250 x (512 + 128) x 2 + 4 x (512 + 128) x
+    (2 + 4) = 1,745,408 B a request."""
+    if s.cache != "dynamic":
+        raise FieldError("engine.cache", "Transformers keeps DeepSeek-V4's compressed state in DynamicCache "
+                         "only", s.cache)
+    c = cast(CompressedMLASpec, spec)
+    tokens = _resident(c.window, s.cache, s.seq_tokens, s.max_len)
+    r = c.compress_ratio
+    per_request = tokens * c.head_dim * s.elem * (2 if r == 1 else 1)
+    coff = 2 if r == 4 else 1
+    for width in (c.head_dim, c.index_head_dim) if r > 1 else ():
+        if not width:
+            continue
+        per_request += (s.seq_tokens // r) * width * s.elem  # compressed entries
+        per_request += 2 * (s.seq_tokens % r) * coff * width * s.elem  # pending kv and gate projections
+        if r == 4 and s.seq_tokens >= r:
+            per_request += r * width * (s.elem + FP32_BYTES)  # the overlap: kv, and gate in float32
+    return HfLayerBytes(s.layer, spec.kind, tokens, s.batch * per_request)
 
 
 def _nothing(spec: LayerSpec, s: _Shape) -> None:
@@ -126,7 +157,7 @@ KIND_RULES: dict[LayerKind, Callable[[LayerSpec, _Shape], HfLayerBytes | None]] 
     LayerKind.SLIDING_WINDOW: _kv,
     LayerKind.CHUNKED_LOCAL: _kv,
     LayerKind.MLA: _latent,
-    LayerKind.COMPRESSED_MLA: _unmodelled,
+    LayerKind.COMPRESSED_MLA: _compressed,
     LayerKind.MAMBA: _state,
     LayerKind.LINEAR_ATTENTION: _state,
     LayerKind.SHARED_KV: _nothing,

@@ -45,15 +45,20 @@ class _Counter:
         self._tp: dict[_Key, str] = {}
         self._mats: dict[_Key, list[tuple[int, int, int]]] = {}
         self._elem: dict[_Key, int] = {}
+        self._buffers: set[_Key] = set()
 
-    def add(self, group: str, n: int, *, tp: str = "split", elem_bytes: int | None = None) -> None:
+    def add(self, group: str, n: int, *, tp: str = "split", elem_bytes: int | None = None,
+            buffer: bool = False) -> None:
         """`n` parameters that no weight-only quantizer packs (norms, biases, embeddings, routers);
-        `elem_bytes` where the model keeps them in a dtype of their own (float32: 4)."""
+        `elem_bytes` where the model keeps them in a dtype of their own (float32: 4); `buffer` for loaded
+        buffers, which are not parameters."""
         key = (group, False, None)
         self._params[key] = self._params.get(key, 0) + n
         self._tp.setdefault(key, tp)
         if elem_bytes is not None:
             self._elem[key] = elem_bytes
+        if buffer:
+            self._buffers.add(key)
 
     def linear(
         self,
@@ -106,6 +111,7 @@ class _Counter:
                     matrices=tuple(self._mats.get(key, ())),
                     fmt=fmt,
                     elem_bytes=self._elem.get(key),
+                    buffer=key in self._buffers,
                 )
             )
         return tuple(out)
@@ -616,8 +622,8 @@ def _deepseek_v4(c: _Counter, g: Geometry, cfg: ConfigReader) -> None:
     o_groups, wo_b), split over TP; a compressor for ratio > 1 (an overlapping pair for ratio 4) and an
     indexer for ratio 4, replicated and kept in bf16 but the indexer's fp8 q projection; hyper-connection
     mixers in float32; a router (a hash table instead of its bias on the first num_hash_layers layers), one
-    shared expert in fp8 and MXFP4 routed experts. DeepSeek-V4-Flash: 284,332,241,239 parameters without
-    its MTP block (llama.cpp counts 284.33 B), 148.6 GiB as the checkpoint stores them."""
+    shared expert in fp8 and MXFP4 routed experts. DeepSeek-V4-Flash: 284,332,230,231 parameters without its
+    MTP block, as Transformers 5.24 builds it; the hash table and the router bias are buffers beside them."""
     d = g.compressed_mla
     moe = g.moe
     if d is None or moe is None:
@@ -649,10 +655,11 @@ def _deepseek_v4(c: _Counter, g: Geometry, cfg: ConfigReader) -> None:
           tp="replicated", elem_bytes=FP32_BYTES)
     c.add("router", len(layers) * moe.num_experts * hidden, tp="replicated")
     hashed = min(d.num_hash_layers, len(layers))
-    c.add("router_fp32", (len(layers) - hashed) * moe.num_experts, tp="replicated", elem_bytes=FP32_BYTES)
+    c.add("router_fp32", (len(layers) - hashed) * moe.num_experts, tp="replicated", elem_bytes=FP32_BYTES,
+          buffer=True)  # e_score_correction_bias
     if hashed:
         c.add("hash_routing", hashed * vocab * (moe.experts_per_token or 1), tp="replicated",
-              elem_bytes=INT32_BYTES)
+              elem_bytes=INT32_BYTES, buffer=True)  # tid2eid
     shared = moe.expert_intermediate_size * max(1, moe.shared_experts)
     c.linear("mlp", p + ".ffn.shared_experts.gate_up_proj", hidden, 2 * shared, layers=layers)
     c.linear("mlp", p + ".ffn.shared_experts.down_proj", shared, hidden, layers=layers)

@@ -341,6 +341,9 @@ class ParamGroup:
     # Bytes per parameter where the model keeps the group in its own dtype whatever the serving dtype
     # (DeepSeek-V4's float32 hyper-connection mixers, int32 hash-routing table); None: the serving dtype.
     elem_bytes: int | None = None
+    # A tensor the model loads that is a buffer, not a parameter (DeepSeek-V4's hash table and router bias):
+    # its bytes count, but not in the parameter count, as Transformers counts parameters.
+    buffer: bool = False
 
 
 @dataclass(frozen=True)
@@ -355,7 +358,7 @@ class MtpSpec:
 
     @property
     def num_params(self) -> int:
-        return sum(g.params for g in self.param_groups)
+        return sum(g.params for g in self.param_groups if not g.buffer)
 
 
 @dataclass(frozen=True)
@@ -407,7 +410,7 @@ class ModelSpec:
 
     @property
     def num_params(self) -> int:
-        return sum(g.params for g in self.param_groups)
+        return sum(g.params for g in self.param_groups if not g.buffer)
 
     def spec_counts(self, layers: range) -> dict[LayerSpec, int]:
         """How many of `layers` share each distinct spec ({FullAttentionSpec(8, 128): 32} for Llama-3.1-8B).
