@@ -140,6 +140,9 @@ CHANGES = [
     ("0.26.0", "0.27.0", "dsv4_weighted_concurrency", True, False),
     ("0.26.0", "0.27.0", "dsv4_mtp_buffer", True, False),
     ("0.28.0", "0.29.0", "dsv4_check", "tuples", "stride"),
+    # kv_cache_utils.py: "Reserve the null block BlockPool permanently holds back, so the check plans against
+    # usable blocks" from 0.29.0 (absent at 0.28.0).
+    ("0.28.0", "0.29.0", "check_null_block", False, True),
     ("0.29.0", "0.30.0", "dsv4_auto_fp8", False, True),
     # nvidia/model.py: DeepseekV4FlashInferSM120Attention for SM12x from 0.24.0 (FlashMLA only before).
     ("0.23.0", "0.24.0", "dsv4_sm120", False, True),
@@ -991,3 +994,15 @@ def test_the_block_size_an_mla_backend_sets_per_release_and_gpu():
     assert [block(v, block_size=128) for v in ("0.10.2", "0.13.0", "0.19.0")] == [64, 128, 128]
     # A model without MLA keeps vLLM's 16.
     assert resolve_flags(LLAMA, VllmFlags(version="0.13.0"), H100).block_size == 16
+
+
+def test_the_one_request_check_holds_the_null_block_back_from_0_29():
+    # Llama-3.1-8B at 8,192 tokens: a 16-token block is 32 layers x 16 x 8 heads x (128 + 128) x 2 B = 2,097,152 B
+    # and one request takes 512 of them, 1,073,741,824 B. Given exactly that, 0.28 starts; 0.29 checks the memory
+    # less one block (the null block), 1,071,644,672 B, and refuses: 511 blocks hold 8,176 tokens.
+    flags = {"max_model_len": 8192, "kv_cache_memory_bytes": 1_073_741_824, "compile_cache": "warm"}
+    assert plan_vllm(LLAMA, VllmFlags(version="0.28.0", **flags), H100).refusal is None
+    r = plan_vllm(LLAMA, VllmFlags(version="0.29.0", **flags), H100)
+    assert r.refusal is not None and r.refusal.code == "one_request"
+    assert "estimated maximum model length is 8176." in r.refusal.message
+    assert r.max_model_len_fit == 8176

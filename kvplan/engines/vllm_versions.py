@@ -178,6 +178,10 @@ class VllmRules:
     # V1's block pool keeps one block as the null block padded block-table slots point at (v1/core/block_pool.py
     # null_block, 0.8.3; absent from v1/core at 0.8.2) [1.8].
     null_block: bool = False
+    # The one-request check and the longest-length estimate plan with the available memory less one block, the
+    # null block (kv_cache_utils.py check_enough_kv_cache_memory and get_kv_cache_configs, 0.29.0; absent at
+    # 0.28.0) [1.12].
+    check_null_block: bool = False
     # DeepSeek-V4's caches (vllm_dsv4, engine-rules.md 1.24), from the 0.20-0.33 sdists. `dsv4`: the model is
     # registered (0.20+). `dsv4_pool`, the bytes one block id takes in the shared pool: "tuples" (0.20-0.22:
     # layer tuples x the full-MLA group's page sizes), "slots" (0.23-0.26: each page size x the most layers of
@@ -351,8 +355,9 @@ def _changes() -> tuple[VllmRules, ...]:
            blackwell_1024=True, combined_kv_line=True, bitsandbytes=False, v1_batch_rule="memory_tiers",
            v2_load_memory_word=True, mamba_mode_default="align")
     change((0, 29, 0), "Model Runner V2 for every model; it estimates CUDA graphs; batch-sharded sampling; "
-           "DeepSeek-V4's one-request check at the pool's stride",
-           v2_runner="all", v2_cudagraphs_profiled=True, v2_sharded_sampling=True, dsv4_check="stride")
+           "DeepSeek-V4's one-request check at the pool's stride; the check holds the null block back",
+           v2_runner="all", v2_cudagraphs_profiled=True, v2_sharded_sampling=True, dsv4_check="stride",
+           check_null_block=True)
     change((0, 30, 0), "DeepSeek-V4 takes --kv-cache-dtype auto as fp8", dsv4_auto_fp8=True)
     # v1/kv_cache_interface.py MambaSpec gains num_prefill_checkpoint_blocks at 0.29.0; mamba_mixer2.py sets it
     # to 1 from 0.32.0 (absent at 0.31.0).
