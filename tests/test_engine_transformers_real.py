@@ -84,11 +84,12 @@ def _build(raw: dict):
 
 
 def _held_bytes(cache) -> int:
-    """Every distinct tensor the cache holds: K and V (DeepSeek-V4's compressing layers alias V to K), the conv
-    / recurrent states of linear-attention layers, and DeepSeek-V4's compressor and indexer state."""
+    """Every distinct tensor the cache holds: K and V (DeepSeek-V4's compressing layers alias V to K),
+    DeepSeek-V3.2's indexer keys, the conv / recurrent states of linear-attention layers, and DeepSeek-V4's
+    compressor and indexer state."""
     tensors = {}
     for layer in cache.layers:
-        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+        for t in (getattr(layer, "keys", None), getattr(layer, "values", None), getattr(layer, "indexer_keys", None)):
             tensors[id(t)] = t
         for states in ("conv_states", "recurrent_states", "compressed_kv", "buffer_kv", "buffer_gate", "overlap_kv",
                        "overlap_gate"):
@@ -155,3 +156,22 @@ def test_remote_code_is_refused(stem):
     path = next(p for p in ALL_CONFIGS if p.stem == stem)
     with pytest.raises(ValueError):
         _build(_reduce(json.loads(path.read_text())))
+
+
+def test_deepseek_v32_latent_and_indexer_keys():
+    """DeepSeek-V3.2 (no verbatim config.json in the library): DeepSeek-V3's with the indexer keys the V3.2
+    checkpoint's config adds (index_head_dim 128, index_n_heads 64, index_topk 2048)."""
+    from transformers import DynamicCache
+
+    v3 = json.loads((REPO / "model_configs" / "deepseek-ai__DeepSeek-V3.json").read_text())
+    raw = _reduce(v3 | {"model_type": "deepseek_v32", "architectures": ["DeepseekV32ForCausalLM"],
+                        "index_head_dim": 128, "index_n_heads": 64, "index_topk": 2048})
+    spec = parse_config(raw, name="deepseek_v32", source="test")
+    cfg, model = _build(raw)
+    cache = DynamicCache(config=cfg)
+    with torch.no_grad():
+        model(input_ids=torch.zeros((BATCH, SEQ), dtype=torch.long, device="meta"), past_key_values=cache,
+              use_cache=True)
+    # 12 layers x 2 requests x 5,000 tokens x (512 + 64 + 128) x 2 B = 168,960,000 B.
+    assert hf_cache_bytes(spec, seq_tokens=SEQ, batch=BATCH, dtype="bfloat16").total_bytes == _held_bytes(cache)
+    assert _held_bytes(cache) == 168_960_000

@@ -144,8 +144,21 @@ CHANGES = [
     # usable blocks" from 0.29.0 (absent at 0.28.0).
     ("0.28.0", "0.29.0", "check_null_block", False, True),
     ("0.29.0", "0.30.0", "dsv4_auto_fp8", False, True),
-    # nvidia/model.py: DeepseekV4FlashInferSM120Attention for SM12x from 0.24.0 (FlashMLA only before).
-    ("0.23.0", "0.24.0", "dsv4_sm120", False, True),
+    # nvidia/model.py: DeepseekV4FlashInferSM120Attention for SM12x from 0.24.0 (FlashMLA only before); cuda.py
+    # adds FLASHINFER_MLA_SPARSE_SM120 for DeepSeek-V3.2 at 0.24.0 too.
+    ("0.23.0", "0.24.0", "sparse_mla_sm120", False, True),
+    # DeepSeek-V3.2 (tests/test_engine_vllm_dsa.py): config.py forces auto to fp8_ds_mla in 0.11.0 only; cuda.py
+    # forces 64-token blocks to 0.17.1; FlashInfer-sparse takes plain fp8 from 0.18.0 (small head counts first)
+    # and comes first for any quantized cache on SM100 from 0.19.0; indexer.py's expanded_block_table_buffer from
+    # 0.17.0; index_group.py from 0.30.0.
+    ("0.10.2", "0.11.0", "dsa", False, True),
+    ("0.10.2", "0.11.0", "dsa_auto_fp8", False, True),
+    ("0.11.0", "0.11.1", "dsa_auto_fp8", True, False),
+    ("0.17.1", "0.18.0", "dsa_block_forced", True, False),
+    ("0.17.1", "0.18.0", "dsa_fp8_flashinfer", "never", "small_heads"),
+    ("0.18.1", "0.19.0", "dsa_fp8_flashinfer", "small_heads", "always"),
+    ("0.16.0", "0.17.0", "dsa_block_table", False, True),
+    ("0.29.0", "0.30.0", "dsa_index_groups", False, True),
     # V1's start-up lines, per sdist: v1/executor (0.6.4) then v1/core/kv_cache_utils.py print "# GPU blocks: %d",
     # with "Maximum concurrency ..." after it from 0.7.1; gpu_model_runner.load_model's weights line; gpu_worker.py
     # logs memory_profiling's result and "Available KV cache memory" from 0.9.1; format_gib from 0.14.0; Model

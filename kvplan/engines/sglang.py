@@ -170,6 +170,9 @@ class Cells:
 
 def _cells(model: ModelSpec, layers: range, kv_name: str, dtype: str, attn_tp: int, swa_pool: bool) -> Cells:
     kv = resolve_kv_dtype(kv_name, dtype)
+    if model.geometry.mla is not None and model.geometry.mla.index_head_dim:
+        raise FieldError("model", f"{model.name} has a sparse-attention indexer (DeepSeek-V3.2); kvplan models its "
+                         "key cache for vLLM and Transformers only (use --engine vllm)")
     full = swa = state = window = full_layers = swa_layers = 0
     for spec, n in model.spec_counts(layers).items():
         pool = KIND_RULES[spec.kind]

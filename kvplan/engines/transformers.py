@@ -110,10 +110,12 @@ def _kv(spec: LayerSpec, s: _Shape) -> HfLayerBytes:
 
 
 def _latent(spec: LayerSpec, s: _Shape) -> HfLayerBytes:
-    """DeepSeek-V2-Lite: (512 + 64) x 2 B = 1,152 B per token, one "head", no K/V factor of two."""
+    """DeepSeek-V2-Lite: (512 + 64) x 2 B = 1,152 B per token, one "head", no K/V factor of two; DeepSeek-V3.2
+    adds its indexer's key (DynamicIndexedLayer), 128 x 2 B more."""
     mla = cast(MLASpec, spec)
     tokens = _resident(None, s.cache, s.seq_tokens, s.max_len)
-    return HfLayerBytes(s.layer, spec.kind, tokens, s.batch * tokens * mla.latent_dim * s.elem)
+    width = mla.latent_dim + mla.index_head_dim
+    return HfLayerBytes(s.layer, spec.kind, tokens, s.batch * tokens * width * s.elem)
 
 
 def _state(spec: LayerSpec, s: _Shape) -> HfLayerBytes:

@@ -96,6 +96,9 @@ class TrtllmStage:
 
 def _bytes_per_token(model: ModelSpec, layers: range, kv_name: str, dtype: str, tp: int) -> int:
     kv = resolve_kv_dtype(kv_name, dtype)
+    if model.geometry.mla is not None and model.geometry.mla.index_head_dim:
+        raise FieldError("model", f"{model.name} has a sparse-attention indexer (DeepSeek-V3.2); kvplan models its "
+                         "key cache for vLLM and Transformers only (use --engine vllm)")
     total = 0
     for spec, n in model.spec_counts(layers).items():
         rule = KIND_RULES[spec.kind]

@@ -18,6 +18,7 @@ from kvplan.capacity.deployment import BoxProfile
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.engines.base import Refusal
 from kvplan.engines.vllm_batch import batch_shape
+from kvplan.engines.vllm_dsa import dsa_block_size, dsa_buffer_bytes, dsa_check, dsa_storage, dsa_token_bytes, uses_dsa
 from kvplan.engines.vllm_dsv4 import dsv4_block_size, dsv4_buffer_bytes, dsv4_gpu, dsv4_kv_dtype, dsv4_layout
 from kvplan.engines.vllm_encoder import encoder_profile, v0_encoder_profile
 from kvplan.engines.vllm_fallback import Fallback, v1_fallback
@@ -186,6 +187,7 @@ class ResolvedFlags:
     rocm: bool = False  # an AMD GPU (the worker skips the CUDA-graph estimate on ROCm before 0.26)
     v0_fallback: str | None = None  # the setting that sent a V1-default release (0.8-0.10) to V0 (vllm_fallback)
     mla_dense: str | None = None  # why an MLA model's cache holds per-head K/V, not the latent (vllm_mla)
+    dsa_storage: str | None = None  # how a sparse-attention (DeepSeek-V3.2) latent is stored (vllm_dsa)
 
     @property
     def window_tokens_in_flight(self) -> int:
@@ -416,6 +418,13 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         kv_name = dsv4_kv_dtype(rules, kv_name, flags.version)
         dsv4_gpu(rules, gpu.key, gpu.vendor, flags.version)
         block_size = dsv4_block_size(flags.block_size)
+    storage = None
+    if uses_dsa(model) and mla_in_use:
+        dsa_check(rules, gpu_key=gpu.key, vendor=gpu.vendor, version=flags.version)
+        block_size = dsa_block_size(rules, flags.block_size)
+        storage = dsa_storage(model, rules, kv_name=kv_name, dtype=dtype, gpu_key=gpu.key,
+                              tp=flags.tensor_parallel_size)
+        kv_name = "fp8" if storage.startswith("fp8") else storage
     return ResolvedFlags(
         max_model_len=max_len,
         gpu_memory_utilization=flags.gpu_memory_utilization or rules.default_utilization,
@@ -445,6 +454,7 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         rocm=gpu.vendor == "amd",
         v0_fallback=fallback.feature if fallback is not None and engine == "v0" else None,
         mla_dense=mla_dense,
+        dsa_storage=storage,
     )
 
 
@@ -550,8 +560,9 @@ def _stage_layout(model: ModelSpec, layers: range, f: ResolvedFlags, block_size_
     stage = tuple(_vllm_state(spec, model, f) for spec in specs)
     chunk = model.geometry.mamba.chunk_size if model.geometry.mamba else 2048
     mode = mamba_cache_mode(model, f)
+    latent = dsa_token_bytes(model, f.dsa_storage) if f.dsa_storage else _padded_latent_bytes(model, f)
     return _layout(stage, f.kv_cache_dtype, f.tp, hybrid, f.block_size, block_size_set, f.version, f.engine,
-                   mode, chunk, _extra_state_pages(model, f, mode), _padded_latent_bytes(model, f))
+                   mode, chunk, _extra_state_pages(model, f, mode), latent)
 
 
 def _extra_state_pages(model: ModelSpec, f: ResolvedFlags, mode: str) -> int:
@@ -563,6 +574,17 @@ def _extra_state_pages(model: ModelSpec, f: ResolvedFlags, mode: str) -> int:
     mamba = model.geometry.mamba
     checkpoint = mode == "align" and f.rules.mamba2_checkpoint_page and mamba is not None and mamba.version == 2
     return draft + int(checkpoint)
+
+
+def _built_buffers(model: ModelSpec, f: ResolvedFlags) -> tuple[int, int]:
+    """What the model allocates when vLLM builds it, on every rank and on the last rank besides: DeepSeek-V4's
+    (vllm_dsv4) or the sparse-attention indexer's (vllm_dsa, sized by the fullest stage's layers)."""
+    every, last = dsv4_buffer_bytes(model, f.rules, max_num_batched_tokens=f.max_num_batched_tokens)
+    if f.dsa_storage is not None:
+        every += dsa_buffer_bytes(model, f.rules, max_num_batched_tokens=f.max_num_batched_tokens,
+                                  max_model_len=f.max_model_len, max_num_seqs=f.max_num_seqs,
+                                  decode_tokens=1 + f.num_speculative_tokens, layers=cdiv(model.num_layers, f.pp))
+    return every, last
 
 
 def _padded_latent_bytes(model: ModelSpec, f: ResolvedFlags) -> int:
@@ -740,7 +762,7 @@ def plan_vllm(
         if f.runner == "v2" and f.rules.v1_budget == "consumed" else 0,
         mla_layer_bytes=0 if f.mla_dense is not None else mla_kept_bytes(model, rules, dtype=f.dtype, tp=f.tp,
                                                                          quantization=f.quantization),
-        buffers=dsv4_buffer_bytes(model, rules, max_num_batched_tokens=f.max_num_batched_tokens),
+        buffers=_built_buffers(model, f),
     )
     stage_layers = pp_stage_layers(model.num_layers, f.pp)
     modes = capture_sizes(rules, f.engine, gpu, max_num_seqs=f.max_num_seqs,

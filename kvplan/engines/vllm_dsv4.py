@@ -104,7 +104,7 @@ def dsv4_gpu(rules: VllmRules, gpu_key: str, vendor: str, version: str) -> None:
     capability = COMPUTE_CAPABILITY.get(gpu_key)
     if vendor == "amd":
         raise FieldError("gpu", "kvplan models DeepSeek-V4 on vLLM's CUDA path only, not its ROCm one", gpu_key)
-    if capability is None or capability[0] in (9, 10) or (capability[0] == 12 and rules.dsv4_sm120):
+    if capability is None or capability[0] in (9, 10) or (capability[0] == 12 and rules.sparse_mla_sm120):
         return
     raise FieldError("gpu", f"vLLM {version} runs DeepSeek-V4's sparse attention with FlashMLA, which needs a "
                      "Hopper or data-center Blackwell GPU (SM90, SM100; SM120 from 0.24), not "

@@ -198,7 +198,20 @@ class VllmRules:
     dsv4_weighted_concurrency: bool = True
     dsv4_mtp_buffer: bool = True
     dsv4_auto_fp8: bool = False
-    dsv4_sm120: bool = False  # DeepSeek-V4 on SM120 (RTX PRO 6000, RTX 5090) through FlashInfer (0.24+)
+    # Sparse MLA (DeepSeek-V3.2 and V4) on SM120 (RTX PRO 6000, RTX 5090) through FlashInfer (0.24+).
+    sparse_mla_sm120: bool = False
+    # DeepSeek-V3.2's sparse attention (vllm_dsa, engine-rules.md 1.25), from the 0.11-0.33 sdists. `dsa`: the
+    # model runs (0.11+). `dsa_auto_fp8`: --kv-cache-dtype auto stores fp8_ds_mla (0.11.0 only; the model dtype
+    # after). `dsa_block_forced`: the platform forces 64-token blocks over --block-size (to 0.17).
+    # `dsa_fp8_flashinfer`, where SM100 stores an fp8 cache as plain fp8 under FlashInfer-sparse: "never" (to
+    # 0.17), "small_heads" (0.18: 16 heads a rank or fewer), "always" (0.19+). `dsa_block_table`: the indexer
+    # builder's expanded block table (0.17+). `dsa_index_groups`: a top-k index group per layer (0.30+).
+    dsa: bool = False
+    dsa_auto_fp8: bool = False
+    dsa_block_forced: bool = True
+    dsa_fp8_flashinfer: str = "never"
+    dsa_block_table: bool = False
+    dsa_index_groups: bool = False
 
     @property
     def release(self) -> str:
@@ -276,7 +289,8 @@ def _changes() -> tuple[VllmRules, ...]:
            "CUTLASS MLA's 128-token blocks on SM100", kv_cache_memory_option=True, mxfp4_triton="package",
            mla_block_rule="forced")
     change((0, 11, 0), "V1 only; FULL_AND_PIECEWISE CUDA graphs; the worker's snapshot after the communicators; "
-           "bfloat16 KV", v0_available=False, full_graphs=True, snapshot_after_comms=True,
+           "bfloat16 KV; DeepSeek-V3.2 (auto stored as fp8_ds_mla)", v0_available=False, full_graphs=True,
+           snapshot_after_comms=True, dsa=True, dsa_auto_fp8=True,
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"))
     # 0.11.1: VLLM_USE_FLASHINFER_SAMPLER defaults to None and topk_topp_sampler.py takes FlashInfer only "if
     # envs.VLLM_USE_FLASHINFER_SAMPLER" ("Users must opt in explicitly"); 0.11.0 still took it "is not False".
@@ -284,7 +298,8 @@ def _changes() -> tuple[VllmRules, ...]:
            "turned off; torch 2.9: a cold compile benchmarks combo kernels on copies of their arguments; capture "
            "sizes step 16 above 256; FlashInfer sampler opt-in (PyTorch sort in the image too); block size 256; "
            "LoRA graphs captured twice; V1's weights line says memory; a given multiple of an MLA backend's block "
-           "stands", mla_block_rule="forced_multiple", v1_load_wording="took_gib_memory", batch_caps=True,
+           "stands; DeepSeek-V3.2's auto cache in the model dtype", mla_block_rule="forced_multiple",
+           v1_load_wording="took_gib_memory", batch_caps=True, dsa_auto_fp8=False,
            v1_chunked_optional=True, compile_clone=True,
            capture_rule="v1_2seqs_16",
            image_sampler=None, block_sizes=(1, 8, 16, 32, 64, 128, 256), lora_graph_cases=True,
@@ -303,12 +318,16 @@ def _changes() -> tuple[VllmRules, ...]:
     # Mamba prefix caching) or "align" (the rest: gated DeltaNet), and MambaSpec.max_memory_usage_bytes then
     # counts 2 state pages a request in "align" mode, cdiv(max_model_len, block) in "all" (1 with it off).
     change((0, 15, 0), "prefix caching on a hybrid: mamba_cache_mode align/all", mamba_cache_modes=True)
-    change((0, 17, 0), "Triton top-k/top-p sampler", v1_sampler="triton")
+    change((0, 17, 0), "Triton top-k/top-p sampler; the DSA indexer's expanded block table", v1_sampler="triton",
+           dsa_block_table=True)
     change((0, 18, 0), "CUDA-graph memory profiled before the KV cache (not subtracted); any block size; float16 "
-           "KV spelling; no MoE chunking; the first attention backend picks the block size",
+           "KV spelling; no MoE chunking; the first attention backend picks the block size; DeepSeek-V3.2's fp8 "
+           "cache plain under FlashInfer-sparse (SM100, 16 heads a rank or fewer)",
            cudagraphs_profiled=True, block_sizes=None, moe_chunk_tokens=None, mla_block_rule="preferred",
+           dsa_block_forced=False, dsa_fp8_flashinfer="small_heads",
            kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc",
                             "fp8_ds_mla"))
+    change((0, 19, 0), "SM100 runs any quantized DeepSeek-V3.2 cache on FlashInfer-sparse", dsa_fp8_flashinfer="always")
     # vllm#38270 (merged 2026-03) made resolve_cudagraph_mode_and_sizes raise where it had capped the capture
     # sizes: NVIDIA-NeMo/RL#2620 bisects it to 0.17.1 (starts) -> 0.20.0 (raises), and vllm-project/recipes#551
     # shows 0.17.0-0.19.0 reaching capture with 1,024 sequences on 856 blocks.
@@ -331,8 +350,8 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 23, 0), "Model Runner V2 by default for Llama, Mistral and Qwen3 dense unquantized models; "
            "DeepSeek-V4's pool sized by page-size slots",
            v2_architectures=("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"), dsv4_pool="slots")
-    change((0, 24, 0), "Model Runner V2 for the listed architectures, quantized or MoE too; DeepSeek-V4 on SM120",
-           dsv4_sm120=True,
+    change((0, 24, 0), "Model Runner V2 for the listed architectures, quantized or MoE too; sparse MLA on SM120",
+           sparse_mla_sm120=True,
            v2_architectures=("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "LlamaForCausalLM",
                              "MistralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM"),
            v2_listed_unquantized=False)
@@ -358,7 +377,8 @@ def _changes() -> tuple[VllmRules, ...]:
            "DeepSeek-V4's one-request check at the pool's stride; the check holds the null block back",
            v2_runner="all", v2_cudagraphs_profiled=True, v2_sharded_sampling=True, dsv4_check="stride",
            check_null_block=True)
-    change((0, 30, 0), "DeepSeek-V4 takes --kv-cache-dtype auto as fp8", dsv4_auto_fp8=True)
+    change((0, 30, 0), "DeepSeek-V4 takes --kv-cache-dtype auto as fp8; a DSA top-k index group per layer",
+           dsv4_auto_fp8=True, dsa_index_groups=True)
     # v1/kv_cache_interface.py MambaSpec gains num_prefill_checkpoint_blocks at 0.29.0; mamba_mixer2.py sets it
     # to 1 from 0.32.0 (absent at 0.31.0).
     change((0, 32, 0), "a Mamba2 mixer keeps a prefill checkpoint page in align mode", mamba2_checkpoint_page=True)

@@ -39,6 +39,10 @@ class MlaGeometry:
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     v_head_dim: int
+    # DeepSeek-V3.2's lightning indexer (sparse attention): its heads, key width and tokens kept; 0 without.
+    index_n_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
 
 
 @dataclass(frozen=True)
@@ -300,6 +304,9 @@ def _mla(cfg: ConfigReader) -> MlaGeometry:
         qk_nope_head_dim=cfg.require_int("qk_nope_head_dim"),
         qk_rope_head_dim=cfg.require_int("qk_rope_head_dim"),
         v_head_dim=cfg.require_int("v_head_dim"),
+        index_n_heads=cfg.require_int("index_n_heads") if cfg.has("index_topk") else 0,
+        index_head_dim=cfg.require_int("index_head_dim") if cfg.has("index_topk") else 0,
+        index_topk=cfg.opt_int("index_topk") or 0,
     )
 
 

@@ -343,6 +343,15 @@ def _mla_attention(c: _Counter, g: Geometry, mla: MlaGeometry, bias: bool, layer
     c.linear("attention", p + ".kv_b_proj", mla.kv_lora_rank, heads * (mla.qk_nope_head_dim + mla.v_head_dim),
              layers=layers)
     c.linear("attention", p + ".o_proj", heads * mla.v_head_dim, hidden, layers=layers, bias=bias)
+    if mla.index_head_dim:
+        # DeepSeek-V3.2's lightning indexer, replicated over TP (ReplicatedLinear): its q from the q latent and
+        # its one key, fp8 like the rest; the head weights in bf16; the key's LayerNorm (weight and bias) in
+        # float32, as the checkpoint lists them (wq_b [8,192, 1,536], wk [128, 7,168], weights_proj [64, 7,168]).
+        c.linear("indexer", p + ".indexer.wq_b", mla.q_lora_rank or hidden, mla.index_n_heads * mla.index_head_dim,
+                 layers=layers, tp="replicated")
+        c.linear("indexer", p + ".indexer.wk", hidden, mla.index_head_dim, layers=layers, tp="replicated")
+        c.add("indexer_unquantized", len(layers) * mla.index_n_heads * hidden, tp="replicated")
+        c.add("norms_fp32", len(layers) * 2 * mla.index_head_dim, tp="replicated", elem_bytes=FP32_BYTES)
 
 
 def _gated_mlp(c: _Counter, group: str, module: str, hidden: int, inter: int, layers: list[int], bias: bool,

@@ -51,17 +51,17 @@ _FAMILIES = {
     "granitemoehybrid": "granite-4", "phi": "phi", "phi3": "phi3", "opt": "opt", "gpt2": "gpt2",
     "gpt_bigcode": "gpt-bigcode", "falcon": "falcon", "RefinedWebModel": "falcon", "RefinedWeb": "falcon",
     "deepseek_v2": "deepseek", "deepseek_v3": "deepseek", "kimi_k2": "deepseek",
-    "deepseek_v4": "deepseek-v4", "gpt_oss": "gpt-oss",
+    "deepseek_v32": "deepseek", "deepseek_v4": "deepseek-v4", "gpt_oss": "gpt-oss",
     "nemotron_h": "nemotron-h", "jamba": "jamba", "starcoder2": "starcoder2", "cohere": "cohere",
     "cohere2": "cohere", "olmo2": "olmo", "llava": "llava", "llava_next": "llava", "kimi_vl": "kimi-vl",
     "meta-llama": "llama",
 }
 
-# Config keys of cache mechanisms kvplan does not model: reading such a config with the standard decoder keys
-# would size a cache the engine does not build (DeepSeek-V4-Flash read that way plans 54 GiB of KV that vLLM
-# does not have), so it is refused by the key.
+# Config keys of cache mechanisms kvplan does not model where they appear: reading such a config with the
+# standard decoder keys would size a cache the engine does not build, so it is refused by the key.
 _UNMODELLED_CACHE_KEYS = {
-    "index_topk": "a sparse-attention indexer (DeepSeek-V3.2), whose key cache vLLM keeps beside the KV",
+    "index_topk": "a sparse-attention indexer on layers that are not MLA, whose key cache engines keep beside "
+                  "the KV",
 }
 
 # Absent keys whose class default changes a size; defaults of flags such as attention_bias are not worth a note.
@@ -172,7 +172,8 @@ def parse_config(
         )
 
     for key, mechanism in _UNMODELLED_CACHE_KEYS.items():
-        if cfg.has(key) and not cfg.has("compress_ratios"):  # DeepSeek-V4's indexer is part of its layers
+        # DeepSeek-V3.2's indexer (on MLA layers) and V4's (on compressed ones) are part of their layers.
+        if cfg.has(key) and not cfg.has("compress_ratios") and not cfg.has("kv_lora_rank"):
             raise cfg.error(key, f"marks {mechanism}, which kvplan does not model; it gives no estimate rather "
                                  "than a wrong one for this model")
     geometry = read_geometry(cfg, raw, model_type=model_type, text_type=str(text_type), notes=notes)
@@ -293,7 +294,8 @@ def _chunked(g: Geometry, cfg: ConfigReader, i: int) -> LayerSpec:
 
 def _mla(g: Geometry, cfg: ConfigReader, i: int) -> LayerSpec:
     assert g.mla is not None  # read_geometry reads the MLA dims whenever a layer is MLA
-    return MLASpec(kv_lora_rank=g.mla.kv_lora_rank, qk_rope_head_dim=g.mla.qk_rope_head_dim)
+    return MLASpec(kv_lora_rank=g.mla.kv_lora_rank, qk_rope_head_dim=g.mla.qk_rope_head_dim,
+                   index_head_dim=g.mla.index_head_dim)
 
 
 def _shared(g: Geometry, cfg: ConfigReader, i: int) -> LayerSpec:

@@ -157,11 +157,14 @@ class MLASpec(LayerSpec):
     """Multi-head latent attention (DeepSeek-V2/V3/R1, Kimi-K2) as vLLM and SGLang cache it.
 
     One compressed latent of kv_lora_rank + qk_rope_head_dim values per token, no K/V factor of two, and
-    the same latent on every TP rank: DeepSeek-V3 = (512 + 64) * 2 B = 1,152 B per token per layer.
+    the same latent on every TP rank: DeepSeek-V3 = (512 + 64) * 2 B = 1,152 B per token per layer. With
+    sparse attention (DeepSeek-V3.2) the lightning indexer's key of index_head_dim values sits beside it:
+    1,152 + 128 * 2 = 1,408 B in bf16 (vLLM stores that key in fp8 whatever the cache: vllm_dsa).
     """
 
     kv_lora_rank: int
     qk_rope_head_dim: int
+    index_head_dim: int = 0  # the indexer's key width; 0 without sparse attention
 
     kind: ClassVar[LayerKind] = LayerKind.MLA
 
@@ -170,7 +173,8 @@ class MLASpec(LayerSpec):
         return self.kv_lora_rank + self.qk_rope_head_dim
 
     def kv_bytes_per_token(self, kv: KvDtype, tp: int = 1) -> int:
-        return kv.vector_bytes(self.latent_dim)
+        index = kv.vector_bytes(self.index_head_dim) if self.index_head_dim else 0
+        return kv.vector_bytes(self.latent_dim) + index
 
     def resident_tokens(self, seq_tokens: int) -> int:
         return seq_tokens

@@ -111,6 +111,9 @@ def prepare(req: VerifyRequest) -> VerifySetup:
     model = resolved.model
     if any(spec.kind == LayerKind.COMPRESSED_MLA for spec in model.layers):
         raise InputError(COMPRESSED_REFUSAL)
+    if model.geometry.mla is not None and model.geometry.mla.index_head_dim:
+        raise InputError("kvplan verify does not build a sparse-attention indexer's key cache (DeepSeek-V3.2); "
+                         "`kvplan estimate --engine vllm` sizes it")
     notices = list(resolved.notices)
     seq_tokens = req.seq_tokens
     if seq_tokens is None:
