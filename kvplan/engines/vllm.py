@@ -18,8 +18,16 @@ from kvplan.capacity.deployment import BoxProfile
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.engines.base import Refusal
 from kvplan.engines.vllm_batch import batch_shape
-from kvplan.engines.vllm_dsa import dsa_block_size, dsa_buffer_bytes, dsa_check, dsa_storage, dsa_token_bytes, uses_dsa
-from kvplan.engines.vllm_dsv4 import dsv4_block_size, dsv4_buffer_bytes, dsv4_gpu, dsv4_kv_dtype, dsv4_layout
+from kvplan.engines.vllm_dsa import (
+    dsa_block_size,
+    dsa_buffer_bytes,
+    dsa_check,
+    dsa_storage,
+    dsa_token_bytes,
+    sparse_mla_gpu,
+    uses_dsa,
+)
+from kvplan.engines.vllm_dsv4 import dsv4_block_size, dsv4_buffer_bytes, dsv4_kv_dtype, dsv4_layout
 from kvplan.engines.vllm_encoder import encoder_profile, v0_encoder_profile
 from kvplan.engines.vllm_fallback import Fallback, v1_fallback
 from kvplan.engines.vllm_graphs import GraphModes, capture_sizes, graph_bytes
@@ -416,7 +424,7 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         or flags.block_size or 16
     if model.geometry.compressed_mla is not None:
         kv_name = dsv4_kv_dtype(rules, kv_name, flags.version)
-        dsv4_gpu(rules, gpu.key, gpu.vendor, flags.version)
+        sparse_mla_gpu(rules, gpu_key=gpu.key, vendor=gpu.vendor, version=flags.version, model="DeepSeek-V4")
         block_size = dsv4_block_size(flags.block_size)
     storage = None
     if uses_dsa(model) and mla_in_use:

@@ -31,18 +31,26 @@ def uses_dsa(model: ModelSpec) -> bool:
 
 
 def dsa_check(rules: VllmRules, *, gpu_key: str, vendor: str, version: str) -> None:
-    """The release must have DeepSeek-V3.2 (0.11+) and the GPU a sparse MLA backend: FlashMLA-sparse on SM90
-    and SM10x, FlashInfer's SM120 kernels from 0.24; ROCm raises "Sparse Attention is not supported"."""
+    """The release must have DeepSeek-V3.2 (0.11+) and the GPU a sparse MLA backend (sparse_mla_gpu)."""
     if not rules.dsa:
         raise FieldError("engine.version", f"vLLM {version} does not have DeepSeek-V3.2's sparse attention "
                          "(first in 0.11.0)", version)
+    sparse_mla_gpu(rules, gpu_key=gpu_key, vendor=vendor, version=version, model="DeepSeek-V3.2")
+
+
+def sparse_mla_gpu(rules: VllmRules, *, gpu_key: str, vendor: str, version: str, model: str) -> None:
+    """vLLM's sparse MLA kernels (DeepSeek-V3.2, V4): FlashMLA-sparse, built for Hopper and data-center
+    Blackwell (SM90, SM10x); FlashInfer's SM120 kernels (RTX PRO 6000, RTX 5090) from 0.24, in the same cache
+    layouts. ROCm is not modelled (V3.2 raises "Sparse Attention is not supported" there). A card of unknown
+    architecture (--gpu-mem) is taken as able."""
     capability = COMPUTE_CAPABILITY.get(gpu_key)
     if vendor == "amd":
-        raise FieldError("gpu", "vLLM's ROCm platform does not support sparse attention (DeepSeek-V3.2)", gpu_key)
+        raise FieldError("gpu", f"kvplan models {model}'s sparse attention on vLLM's CUDA path only, not ROCm",
+                         gpu_key)
     if capability is None or capability[0] in (9, 10) or (capability[0] == 12 and rules.sparse_mla_sm120):
         return
-    raise FieldError("gpu", f"vLLM {version} runs DeepSeek-V3.2's sparse attention on Hopper and data-center "
-                     f"Blackwell GPUs (SM90, SM100; SM120 from 0.24), not SM{capability[0]}{capability[1]}", gpu_key)
+    raise FieldError("gpu", f"vLLM {version} runs {model}'s sparse attention on Hopper and data-center Blackwell "
+                     f"GPUs (SM90, SM100; SM120 from 0.24), not SM{capability[0]}{capability[1]}", gpu_key)
 
 
 def dsa_block_size(rules: VllmRules, given: int | None) -> int:

@@ -23,7 +23,6 @@ from typing import cast
 from kvplan.engines.vllm_kv import KvCacheLayout, KvGroup, group_blocks
 from kvplan.engines.vllm_versions import VllmRules
 from kvplan.errors import FieldError
-from kvplan.hardware.gpus import COMPUTE_CAPABILITY
 from kvplan.model.specs import CompressedMLASpec, LayerKind, LayerSpec, ModelSpec
 from kvplan.units import cdiv, round_up
 
@@ -95,20 +94,6 @@ def dsv4_kv_dtype(rules: VllmRules, kv_name: str, version: str) -> str:
     raise FieldError("engine.kv_cache_dtype",
                      f"DeepSeek-V4's attention takes only an fp8 KV cache on vLLM {version} (it asserts an fp8 "
                      "cache dtype; 0.30 and later read auto as fp8); set the KV cache dtype to fp8", kv_name)
-
-
-def dsv4_gpu(rules: VllmRules, gpu_key: str, vendor: str, version: str) -> None:
-    """vLLM runs DeepSeek-V4's sparse attention on CUDA with FlashMLA, built for Hopper and data-center Blackwell
-    (SM90, SM100); 0.24 adds a FlashInfer path for SM120 (RTX PRO 6000, RTX 5090) in the same cache layout. Its
-    ROCm path is not modelled. A card of unknown architecture (--gpu-mem) is taken as able."""
-    capability = COMPUTE_CAPABILITY.get(gpu_key)
-    if vendor == "amd":
-        raise FieldError("gpu", "kvplan models DeepSeek-V4 on vLLM's CUDA path only, not its ROCm one", gpu_key)
-    if capability is None or capability[0] in (9, 10) or (capability[0] == 12 and rules.sparse_mla_sm120):
-        return
-    raise FieldError("gpu", f"vLLM {version} runs DeepSeek-V4's sparse attention with FlashMLA, which needs a "
-                     "Hopper or data-center Blackwell GPU (SM90, SM100; SM120 from 0.24), not "
-                     f"SM{capability[0]}{capability[1]}", gpu_key)
 
 
 def dsv4_block_size(given: int | None) -> int:
