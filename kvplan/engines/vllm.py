@@ -911,8 +911,8 @@ _DOCS_LINK = " See https://docs.vllm.ai/en/latest/configuration/conserving_memor
 def check_memory_bytes(s: StageKv, f: ResolvedFlags) -> int:
     """The memory V1's one-request check (and its estimate of the longest length) plans with: from 0.29 the
     available memory less one block, the null block the pool holds back (kv_cache_utils.py
-    check_enough_kv_cache_memory: "plans against usable blocks"); before, all of it. Llama-3.1-8B's 131,072 B
-    block at 16 tokens: 0.29 checks 128 KiB less than it prints as available."""
+    check_enough_kv_cache_memory: "plans against usable blocks"); before, all of it. Llama-3.1-8B's 16-token
+    block, 32 layers x 16 x 4,096 B = 2,097,152 B: 0.29 checks 2 MiB less than "Available KV cache memory"."""
     held = s.layout.bytes_per_block if f.engine == "v1" and f.rules.check_null_block else 0
     return s.available_kv_bytes - held
 

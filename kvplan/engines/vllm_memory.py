@@ -254,7 +254,7 @@ class StageMemory:
     intermediate_bytes: int = 0  # a later pipeline stage's receive buffers (intermediate_bytes), part of the peak
     sampler_state_bytes: int = 0  # Model Runner V2's sampler state on the last stage (v2_sampler_state_bytes)
     mla_kept_bytes: int = 0  # what the MLA layers keep beside their checkpoint weights, part of weights_bytes
-    buffer_bytes: int = 0  # buffers the model allocates when it is built (vllm_dsv4), part of weights_bytes
+    buffer_bytes: int = 0  # buffers the model allocates when built (vllm_dsv4, vllm_dsa), part of weights_bytes
 
     @property
     def non_kv_bytes(self) -> int:
@@ -489,9 +489,11 @@ def activation_peak_bytes(
         max_num_batched_tokens, max_num_seqs = encoder.lm_tokens, encoder.lm_rows
     b = weight_dtype_bytes(dtype)
     inter = (model.intermediate_size or 4 * model.hidden_size) / tp
-    forward = FWD_BASE_BYTES + FWD_PER_TOKEN_WIDTH * max_num_batched_tokens * b * (inter + model.hidden_size)
-    if model.geometry.compressed_mla is not None:
+    forward: float
+    if model.geometry.compressed_mla is not None:  # read from DeepSeek-V4's source, not the fitted coefficients
         forward = dsv4_forward_bytes(model, tp=tp, tokens=max_num_batched_tokens, dtype_bytes=b)
+    else:
+        forward = FWD_BASE_BYTES + FWD_PER_TOKEN_WIDTH * max_num_batched_tokens * b * (inter + model.hidden_size)
     if bnb_4bit is not None:
         forward += bnb_4bit_forward_bytes(model, compute=bnb_4bit, dtype=dtype, tp=tp, tokens=max_num_batched_tokens)
     moe = moe_workspace_bytes(model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
@@ -552,7 +554,7 @@ def stage_memory(
     `mla_layer_bytes`: what each MLA layer, the draft's too, keeps beside its weights (vllm_mla.mla_kept_bytes).
     `moe_scratch`, `moe_chunk_tokens`: the release's fused-MoE buffers (moe_workspace_bytes).
     `buffers`: what the model allocates when it is built on every stage, and on the last stage besides
-    (vllm_dsv4.dsv4_buffer_bytes); vLLM measures them with the weights.
+    (vllm_dsv4.dsv4_buffer_bytes, vllm_dsa.dsa_buffer_bytes); vLLM measures them with the weights.
     """
     elem = weight_dtype_bytes(dtype)
     quant = model.quant or (runtime_quant(quantization) if quantization else None)

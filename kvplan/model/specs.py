@@ -198,7 +198,7 @@ class CompressedMLASpec(LayerSpec):
     kind: ClassVar[LayerKind] = LayerKind.COMPRESSED_MLA
 
     def entry_bytes(self, kv: KvDtype) -> int:
-        """One latent (a window token's or a compressed entry's) with its indexer key, if any."""
+        """One latent, a window token's or a compressed entry's (the indexer key apart: index_bytes)."""
         return kv.vector_bytes(self.head_dim)
 
     def index_bytes(self, kv: KvDtype) -> int:
