@@ -161,3 +161,24 @@ def test_transformers_dynamic_cache_of_it() -> None:
 def test_verify_refuses_it_before_allocating() -> None:
     with pytest.raises(InputError, match="does not build DeepSeek-V4"):
         prepare(VerifyRequest(model="deepseek-ai/DeepSeek-V4-Flash", offline=True))
+
+
+def test_what_vllm_refuses_comes_with_its_fix(runner, tmp_path) -> None:
+    # auto before 0.30: V4's attention asserts an fp8 cache; the fix is fp8.
+    result = run_cli(runner, "estimate", "deepseek-ai/DeepSeek-V4-Flash", "--gpu", "H200", "--tp", "2",
+                     "--vllm-version", "0.22", "--seq", "65536")
+    assert result.exit_code == 1, result.output
+    assert "takes only an fp8 KV cache" in result.stdout and "Best fix: --kv-cache-dtype fp8" in result.stdout
+    # A 64-token block: its kernels take only 256; the fix drops the flag (the default is 256).
+    deploy = tmp_path / "dsv4.yaml"
+    deploy.write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: dsv4\nspec:\n  template:\n    spec:\n"
+        "      nodeSelector:\n        cloud.google.com/gke-accelerator: nvidia-h200-141gb\n"
+        "      containers:\n        - name: vllm\n          image: vllm/vllm-openai:v0.22.0\n"
+        '          command: ["vllm", "serve", "deepseek-ai/DeepSeek-V4-Flash"]\n'
+        '          args: ["--tensor-parallel-size", "2", "--max-model-len", "65536", "--kv-cache-dtype", "fp8",'
+        ' "--block-size", "64"]\n'
+        "          resources:\n            limits:\n              nvidia.com/gpu: 2\n")
+    result = run_cli(runner, "check", str(deploy), "--offline")
+    assert result.exit_code == 1, result.output
+    assert "No common block size" in result.stdout and "drop --block-size (fits on 2 GPUs" in result.stdout

@@ -53,11 +53,12 @@ _OWN_SCHEMA = {
 
 
 def change_words(req: DeploymentRequest, field: str, value: object, gpus_per_instance: int) -> str:
-    """One change as the file would carry it: `--tensor-parallel-size 4`, `tensor_parallel_size: 4`."""
+    """One change as the file would carry it: `--tensor-parallel-size 4`, `tensor_parallel_size: 4`; for a
+    value of None (the engine's default, which the file gets by dropping the setting) the setting's name."""
     if req.source_format == "kvplan":
         key = _OWN_SCHEMA.get(field, field)
         shown = value * gpus_per_instance if field == "instances" and isinstance(value, int) else value
-        return f"{key}: {shown}"
+        return key if value is None else f"{key}: {shown}"
     if field == "gpu":
         return f"GPU type {value}"
     if field == "instances" and isinstance(value, int):
@@ -67,16 +68,21 @@ def change_words(req: DeploymentRequest, field: str, value: object, gpus_per_ins
     flag = _FLAGS.get(req.engine, {}).get(field, field)
     if flag.startswith("env "):
         return flag
-    return f"{flag} {value}"
+    return flag if value is None else f"{flag} {value}"
 
 
 def fix_text(req: DeploymentRequest, fix: Fix) -> str:
     """A fix as one line: `set --tensor-parallel-size 4 and --kv-cache-dtype fp8 (fits on 4 GPUs)`."""
-    words = [change_words(req, c.field, c.shown_value, fix.verdict.gpus_per_instance) for c in fix.changes]
+    def words(drop: bool) -> list[str]:
+        return [change_words(req, c.field, c.shown_value, fix.verdict.gpus_per_instance) for c in fix.changes
+                if (c.shown_value is None) == drop]
+
     gpus = fix.verdict.total_gpus
     n = fix.verdict.max_requests
     where = f"fits on {gpus} GPU{'s' if gpus > 1 else ''}, up to {n:,} request{'s' if n != 1 else ''} at once"
-    return f"set {' and '.join(words)} ({where})"
+    parts = ([f"set {' and '.join(words(False))}"] if words(False) else []) + \
+        ([f"drop {' and '.join(words(True))}"] if words(True) else [])
+    return f"{' and '.join(parts)} ({where})"
 
 
 # Deployment field -> the DeploymentRequest field whose line a report points at.

@@ -184,13 +184,16 @@ def _gib_value(field: str, value: object) -> object:
 
 
 def change_flags(changes: tuple[Change, ...], gpus_per_instance: int, engine: str | None = None) -> str:
-    """A fix as the flags that make it: `--tp 4 --kv-cache-dtype fp8`."""
+    """A fix as the flags that make it: `--tp 4 --kv-cache-dtype fp8`; a flag back to the engine's default (a
+    value of None) is `without --block-size`."""
     words = []
     for c in changes:
         if c.field == "instances" and isinstance(c.value, int):
             words.append(f"--num-gpus {c.value * gpus_per_instance}")
         elif c.field == "engine.allow_long_max_model_len":
             words.append("--allow-long-max-model-len")
+        elif c.shown_value is None:
+            words.append(f"without {field_flag(c.field, engine) or c.field}")
         else:
             words.append(f"{field_flag(c.field, engine) or c.field} {_gib_value(c.field, c.shown_value)}")
     return " ".join(words)

@@ -27,7 +27,13 @@ from kvplan.engines.vllm_dsa import (
     sparse_mla_gpu,
     uses_dsa,
 )
-from kvplan.engines.vllm_dsv4 import dsv4_block_size, dsv4_buffer_bytes, dsv4_kv_dtype, dsv4_layout
+from kvplan.engines.vllm_dsv4 import (
+    dsv4_block_size,
+    dsv4_buffer_bytes,
+    dsv4_kv_dtype,
+    dsv4_layout,
+    sparse_mla_refusal,
+)
 from kvplan.engines.vllm_encoder import encoder_profile, v0_encoder_profile
 from kvplan.engines.vllm_fallback import Fallback, v1_fallback
 from kvplan.engines.vllm_graphs import GraphModes, capture_sizes, graph_bytes
@@ -422,14 +428,20 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
     kv_name = flags.kv_cache_dtype
     block_size = (mla_block_size(rules, gpu.key, flags.kv_cache_dtype, flags.block_size) if mla_in_use else None) \
         or flags.block_size or 16
+    # What the engine account refuses (vllm_engine._config_refusal), a caller planning directly is told.
+    refused = sparse_mla_refusal(model, rules, flags.version, kv_cache_dtype=kv_name, block_size=flags.block_size)
+    if refused is not None:
+        if refused.code == "kv_dtype":
+            raise FieldError("engine.kv_cache_dtype", refused.message, kv_name)
+        raise FieldError("engine.block_size", refused.message, flags.block_size)
     if model.geometry.compressed_mla is not None:
         kv_name = dsv4_kv_dtype(rules, kv_name, flags.version)
         sparse_mla_gpu(rules, gpu_key=gpu.key, vendor=gpu.vendor, version=flags.version, model="DeepSeek-V4")
-        block_size = dsv4_block_size(flags.block_size)
+        block_size = dsv4_block_size()
     storage = None
     if uses_dsa(model) and mla_in_use:
         dsa_check(rules, gpu_key=gpu.key, vendor=gpu.vendor, version=flags.version)
-        block_size = dsa_block_size(rules, flags.block_size)
+        block_size = dsa_block_size()
         storage = dsa_storage(model, rules, kv_name=kv_name, dtype=dtype, gpu_key=gpu.key,
                               tp=flags.tensor_parallel_size)
         kv_name = "fp8" if storage.startswith("fp8") else storage

@@ -53,12 +53,9 @@ def sparse_mla_gpu(rules: VllmRules, *, gpu_key: str, vendor: str, version: str,
                      f"GPUs (SM90, SM100; SM120 from 0.24), not SM{capability[0]}{capability[1]}", gpu_key)
 
 
-def dsa_block_size(rules: VllmRules, given: int | None) -> int:
+def dsa_block_size() -> int:
     """64 tokens: forced over any --block-size to 0.17 (CudaPlatform.check_and_update_config); from 0.18 the
-    indexer backend's preference, and a given size must be one its kernels take."""
-    if given is not None and given != BLOCK_TOKENS and not rules.dsa_block_forced:
-        raise FieldError("engine.block_size", f"DeepSeek-V3.2's indexer takes only {BLOCK_TOKENS}-token blocks on "
-                         "vLLM; leave the block size unset or give 64", given)
+    indexer backend's preference (vllm_dsv4.sparse_mla_refusal refuses another given size)."""
     return BLOCK_TOKENS
 
 

@@ -20,6 +20,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import cast
 
+from kvplan.engines.base import Refusal
+from kvplan.engines.vllm_dsa import BLOCK_TOKENS as DSA_BLOCK_TOKENS
 from kvplan.engines.vllm_kv import KvCacheLayout, KvGroup, group_blocks
 from kvplan.engines.vllm_versions import VllmRules
 from kvplan.errors import FieldError
@@ -83,25 +85,36 @@ def approximate_gcd(values: Sequence[int], lower_bound: int) -> int:
 
 
 def dsv4_kv_dtype(rules: VllmRules, kv_name: str, version: str) -> str:
-    """The KV dtype vLLM serves DeepSeek-V4 in: the release must have the model (0.20+), and its attention
-    asserts an fp8 cache, stored as fp8_ds_mla whatever the fp8 spelling; `auto` takes fp8 from 0.30."""
+    """The KV dtype vLLM serves DeepSeek-V4 in (sparse_mla_refusal has refused the ones it does not take): fp8,
+    stored as fp8_ds_mla whatever the spelling; `auto` is fp8 from 0.30. The release must have the model."""
     if not rules.dsv4:
         raise FieldError("engine.version", f"vLLM {version} does not have DeepSeek-V4 (first in 0.20.0)", version)
-    if kv_name.startswith("fp8"):
-        return kv_name
-    if kv_name == "auto" and rules.dsv4_auto_fp8:
-        return "fp8"
-    raise FieldError("engine.kv_cache_dtype",
-                     f"DeepSeek-V4's attention takes only an fp8 KV cache on vLLM {version} (it asserts an fp8 "
-                     "cache dtype; 0.30 and later read auto as fp8); set the KV cache dtype to fp8", kv_name)
+    return "fp8" if kv_name == "auto" else kv_name
 
 
-def dsv4_block_size(given: int | None) -> int:
-    """The cache's block size: the V4 window backend prefers 256, and the V4 FlashMLA and indexer kernels take
-    only 256 (v1/worker/utils.py select_common_block_size raises "No common block size" otherwise)."""
-    if given is not None and given != BLOCK_TOKENS:
-        raise FieldError("engine.block_size", f"DeepSeek-V4's kernels take only {BLOCK_TOKENS}-token blocks on "
-                         "vLLM (\"No common block size\"); leave the block size unset or give 256", given)
+def sparse_mla_refusal(model: ModelSpec, rules: VllmRules, version: str, *, kv_cache_dtype: str,
+                       block_size: int | None) -> Refusal | None:
+    """What vLLM refuses for DeepSeek-V4 and V3.2 before it sizes memory. V4: its attention asserts an fp8
+    cache (`auto` reads as fp8 from 0.30), and its FlashMLA and indexer kernels take only 256-token blocks
+    (v1/worker/utils.py select_common_block_size: "No common block size"). V3.2: from 0.18 a given block size
+    must be the indexer's 64 (to 0.17 the platform forces 64 over it)."""
+    if model.geometry.compressed_mla is not None:
+        if not (kv_cache_dtype.startswith("fp8") or (kv_cache_dtype == "auto" and rules.dsv4_auto_fp8)):
+            return Refusal("kv_dtype", f"DeepSeek-V4's attention takes only an fp8 KV cache on vLLM {version} (it "
+                           "asserts an fp8 cache dtype; 0.30 and later read auto as fp8).", "kv_cache_dtype")
+        if block_size is not None and block_size != BLOCK_TOKENS:
+            return Refusal("option", f"No common block size for DeepSeek-V4's kernels: they take only "
+                           f"{BLOCK_TOKENS}-token blocks, not {block_size}.", "engine.block_size")
+    mla = model.geometry.mla
+    if mla is not None and mla.index_head_dim and rules.dsa and not rules.dsa_block_forced \
+            and block_size is not None and block_size != DSA_BLOCK_TOKENS:
+        return Refusal("option", f"DeepSeek-V3.2's indexer takes only {DSA_BLOCK_TOKENS}-token blocks on vLLM "
+                       f"{version}, not {block_size}.", "engine.block_size")
+    return None
+
+
+def dsv4_block_size() -> int:
+    """The cache's block size: the V4 window backend prefers 256 (sparse_mla_refusal refuses another)."""
     return BLOCK_TOKENS
 
 

@@ -23,7 +23,7 @@ from kvplan.engines.vllm import (
     plan_vllm,
 )
 from kvplan.engines.vllm_calibration import calibration_for
-from kvplan.engines.vllm_dsv4 import dsv4_notes
+from kvplan.engines.vllm_dsv4 import dsv4_notes, sparse_mla_refusal
 from kvplan.engines.vllm_kv import KvCacheLayout
 from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.engines.vllm_memory import StageMemory, WeightSplit
@@ -131,6 +131,9 @@ def _config_refusal(d: Deployment, o: VllmOptions) -> Refusal | None:
             f"not {d.kv_cache_dtype!r}.",
             "kv_cache_dtype",
         )
+    sparse = sparse_mla_refusal(d.model, rules, o.version, kv_cache_dtype=kv, block_size=o.block_size)
+    if sparse is not None:
+        return sparse
     sizes = rules.block_sizes
     if o.block_size is not None and sizes is not None and o.block_size not in sizes:
         return Refusal(
