@@ -101,3 +101,11 @@ def test_engines_without_a_model_of_it_say_so(runner, tmp_path, engine: str) -> 
     path.write_text(json.dumps(V32_CONFIG))
     result = run_cli(runner, "estimate", str(path), "--gpu", "H200", "--tp", "8", "--engine", engine)
     assert result.exit_code == 2 and "for vLLM and Transformers only" in result.stderr, result.output
+
+
+def test_the_plan_says_what_a_token_costs(runner, tmp_path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(V32_CONFIG))
+    result = run_cli(runner, "estimate", str(path), "--gpu", "H200", "--tp", "8", "--kv-cache-dtype", "fp8")
+    # 656 B of fp8_ds_mla latent and 132 B of indexer key.
+    assert "stored as fp8_ds_mla (656 B): 788 B a token" in " ".join(result.stdout.split()), result.output

@@ -110,3 +110,14 @@ def dsa_buffer_bytes(model: ModelSpec, rules: VllmRules, *, max_num_batched_toke
     rows = min(max_num_batched_tokens, max_num_seqs * decode_tokens) + 1
     groups = layers * rows * (mla.index_topk + 1) * INT32_BYTES if rules.dsa_index_groups else 0
     return topk + table + groups
+
+
+def dsa_note(model: ModelSpec, storage: str) -> str:
+    """The plan's note on what one token costs a DeepSeek-V3.2 layer on vLLM."""
+    per_token = dsa_token_bytes(model, storage)
+    mla = model.geometry.mla
+    assert mla is not None  # called where uses_dsa(model)
+    index = mla.index_head_dim + mla.index_head_dim // INDEX_QUANT_BLOCK * FP32_BYTES
+    return (f"sparse attention: each layer keeps the indexer's key ({index} B, fp8 with its scale) beside the "
+            f"latent stored as {storage} ({per_token - index:,} B): {per_token:,} B a token, the same on every "
+            "TP rank")

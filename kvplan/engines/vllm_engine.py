@@ -23,6 +23,7 @@ from kvplan.engines.vllm import (
     plan_vllm,
 )
 from kvplan.engines.vllm_calibration import calibration_for
+from kvplan.engines.vllm_dsa import dsa_note
 from kvplan.engines.vllm_dsv4 import dsv4_notes, sparse_mla_refusal
 from kvplan.engines.vllm_kv import KvCacheLayout
 from kvplan.engines.vllm_lora import LoraSlots
@@ -283,6 +284,8 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
         out.extend(dsv4_notes(layout, f.max_model_len, f.window_tokens_in_flight))
     else:
         out.extend(_layout_notes(f, layout))
+    if f.dsa_storage is not None:
+        out.append(dsa_note(d.model, f.dsa_storage))
     if f.num_speculative_tokens:
         out.append(f"MTP with {f.num_speculative_tokens} draft tokens: the draft's weights and its attention "
                    "layers' cache are counted (and, in a DeltaNet hybrid, its longer conv state and "
@@ -394,6 +397,8 @@ def _terms(d: Deployment, r: VllmReport, m: StageMemory) -> list[MemoryTerm]:
     if m.mla_kept_bytes:
         kept = "absorbed MLA matrices" if f.rules.mla_weights.startswith("absorbed") else "MLA's dequantized kv_b_proj"
         loaded += f", {m.mla_kept_bytes / GiB:.2f} GiB of it {kept}"
+    if m.buffer_bytes:
+        loaded += f", {m.buffer_bytes / GiB:.2f} GiB of it buffers the model builds"
     peak = f"activation peak of the profiling run ({f.max_num_batched_tokens:,} tokens"
     peak += f", {min(f.max_num_seqs, f.max_num_batched_tokens):,} sampler rows)" if m.runs_sampler else ")"
     if m.encoder_bytes:
