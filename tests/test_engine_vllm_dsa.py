@@ -1,4 +1,5 @@
-"""DeepSeek-V3.2's sparse attention on vLLM (kvplan/engines/vllm_dsa.py, engine-rules.md 1.25).
+"""DeepSeek-V3.2's sparse attention on vLLM (kvplan/engines/vllm_dsa.py, engine-rules.md 1.25) and SGLang
+(kvplan/engines/sglang.py, engine-rules.md 2.4).
 
 No verbatim DeepSeek-V3.2 config.json is in the library: the tests take DeepSeek-V3's and add the three keys the
 V3.2 checkpoint's config adds (index_head_dim 128, index_n_heads 64, index_topk 2048). The figures are vLLM's
@@ -11,6 +12,8 @@ import json
 
 import pytest
 
+from kvplan.capacity.deployment import Deployment, Parallelism, Workload
+from kvplan.engines.sglang import SglangOptions, plan_sglang
 from kvplan.engines.vllm import VllmFlags, plan_vllm, resolve_flags
 from kvplan.engines.vllm_dsa import dsa_buffer_bytes, dsa_storage, dsa_token_bytes
 from kvplan.engines.vllm_versions import rules_for
@@ -95,12 +98,31 @@ def test_the_release_gpu_and_block_size_vllm_takes() -> None:
         resolve_flags(V32, VllmFlags(version="0.18.0", tensor_parallel_size=8, block_size=16), H200)
 
 
-@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
-def test_engines_without_a_model_of_it_say_so(runner, tmp_path, engine: str) -> None:
+def test_tensorrt_llm_says_it_has_no_model_of_it(runner, tmp_path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(V32_CONFIG))
-    result = run_cli(runner, "estimate", str(path), "--gpu", "H200", "--tp", "8", "--engine", engine)
-    assert result.exit_code == 2 and "for vLLM and Transformers only" in result.stderr, result.output
+    result = run_cli(runner, "estimate", str(path), "--gpu", "H200", "--tp", "8", "--engine", "trtllm")
+    assert result.exit_code == 2 and "for vLLM, SGLang and Transformers only" in result.stderr, result.output
+
+
+def _sglang(gpu: str, version: str = "current", kv: str = "auto"):
+    d = Deployment(model=V32, gpu=find_gpu(gpu), engine=SglangOptions(version=version),
+                   workload=Workload(max_model_len=65_536), parallelism=Parallelism(tp=8), kv_cache_dtype=kv)
+    return plan_sglang(d)
+
+
+def test_sglang_counts_the_latent_and_the_indexer_key_in_its_cell() -> None:
+    # pool_configurator.py: (512 + 64) x the cache dtype's element size + 128 + 4 B of indexer key, a layer. On
+    # an H200 auto is bf16: 61 x (1,152 + 132) = 78,324 B a token; on a B200 from 0.5.4.post2 auto is fp8:
+    # 61 x (576 + 132) = 43,188 B (its pool stores 656 B latents, 80 B more than the cell counts). Pages of 64.
+    h200 = _sglang("H200")
+    assert h200.cell_size_bytes == 78_324 and h200.page_size == 64
+    assert _sglang("B200").cell_size_bytes == 43_188
+    assert _sglang("B200", version="0.5.3").cell_size_bytes == 78_324  # auto stays bf16 on 0.5.3
+    with pytest.raises(FieldError, match="first in 0.5.3"):
+        _sglang("H200", version="0.5.1")
+    with pytest.raises(FieldError, match="bfloat16 or fp8_e4m3"):
+        _sglang("H200", kv="fp8_e5m2")
 
 
 def test_the_plan_says_what_a_token_costs(runner, tmp_path) -> None:

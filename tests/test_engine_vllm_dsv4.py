@@ -142,7 +142,7 @@ def test_buffers_vllm_builds_with_the_model() -> None:
 def test_engines_without_a_model_of_it_say_so(runner, engine: str) -> None:
     result = run_cli(runner, "estimate", "deepseek-ai/DeepSeek-V4-Flash", "--gpu", "GH200-96GB", "--tp", "2",
                      "--engine", engine)
-    assert result.exit_code == 2 and "for vLLM only" in result.stderr, result.output
+    assert result.exit_code == 2 and "for vLLM and Transformers only" in result.stderr, result.output
 
 
 def test_transformers_dynamic_cache_of_it() -> None:

@@ -22,7 +22,7 @@ from kvplan.capacity.kv import pp_stage_layers
 from kvplan.engines.allocator import segment_bytes
 from kvplan.engines.base import Calibration, EngineAccount, Knobs, KvPool, MemoryTerm, Refusal, check_counts
 from kvplan.engines.box import BoxTerms, box_terms
-from kvplan.engines.release import CURRENT, release_text
+from kvplan.engines.release import CURRENT, Release, release_text
 from kvplan.engines.sglang_releases import (
     FractionInputs,
     SglangRelease,
@@ -33,6 +33,7 @@ from kvplan.engines.sglang_releases import (
 from kvplan.engines.vllm_engine import tp_refusal
 from kvplan.engines.vllm_memory import WeightSplit, non_torch_for, weights_per_stage
 from kvplan.errors import FieldError
+from kvplan.hardware.gpus import COMPUTE_CAPABILITY
 from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype, weight_dtype_bytes
 from kvplan.model.quant import group_weight_bytes
 from kvplan.model.specs import LayerKind, LayerSpec, ModelSpec, QuantSpec
@@ -168,17 +169,39 @@ class Cells:
     window_tokens: int
 
 
+# DeepSeek-V3.2's indexer key in SGLang's pool: 128 fp8 values and a float32 scale (NSATokenToKVPool).
+DSA_INDEX_KEY_BYTES = 128 + 4
+DSA_PAGE_TOKENS = 64  # the NSA pool asserts 64-token pages on CUDA (memory_pool.py)
+# server_args.py reads DeepSeek-V3.2's `auto` cache as fp8 on SM100 and later from 0.5.4.post2 (a patch release
+# kvplan's release ranges cannot tell from 0.5.4).
+DSA_AUTO_FP8_BLACKWELL: Release = (0, 5, 4)
+
+
+def _dsa_kv_dtype(kv_name: str, rules: SglangRelease, version: str, gpu_key: str, dtype: str) -> str:
+    """The cache dtype SGLang runs DeepSeek-V3.2's sparse attention in (0.5.3+): bfloat16 or fp8_e4m3; `auto`
+    is fp8 on SM100 and later from 0.5.4.post2 (server_args.py), the model dtype otherwise."""
+    if not rules.dsa:
+        raise FieldError("engine.version", f"SGLang {version} does not have DeepSeek-V3.2's sparse attention (first "
+                         "in 0.5.3)", version)
+    name = kv_name.lower()
+    if name == "auto":
+        capability = COMPUTE_CAPABILITY.get(gpu_key)
+        blackwell = capability is not None and capability[0] >= 10
+        return "fp8_e4m3" if release_of(version) >= DSA_AUTO_FP8_BLACKWELL and blackwell else dtype
+    if name not in ("bf16", "bfloat16", "fp8_e4m3"):
+        raise FieldError("engine.kv_cache_dtype", "SGLang's DeepSeek-V3.2 pool takes bfloat16 or fp8_e4m3", kv_name)
+    return kv_name
+
+
 def _cells(model: ModelSpec, layers: range, kv_name: str, dtype: str, attn_tp: int, swa_pool: bool) -> Cells:
     kv = resolve_kv_dtype(kv_name, dtype)
-    if model.geometry.mla is not None and model.geometry.mla.index_head_dim:
-        raise FieldError("model", f"{model.name} has a sparse-attention indexer (DeepSeek-V3.2); kvplan models its "
-                         "key cache for vLLM and Transformers only (use --engine vllm)")
+    mla = model.geometry.mla
     full = swa = state = window = full_layers = swa_layers = 0
     for spec, n in model.spec_counts(layers).items():
         pool = KIND_RULES[spec.kind]
         if pool == "unmodelled":
             raise FieldError("model", f"{model.name} has {spec.kind} layers (DeepSeek-V4); kvplan models their "
-                             "caches for vLLM only (use --engine vllm)")
+                             "caches for vLLM and Transformers only (use --engine vllm)")
         if pool == "swa" and not swa_pool:
             pool = "full"  # before 0.5.3 every attention layer keeps all its tokens (the 0.4.4 Gemma 3 log)
         if pool == "state":
@@ -187,6 +210,11 @@ def _cells(model: ModelSpec, layers: range, kv_name: str, dtype: str, attn_tp: i
             swa += n * spec.kv_bytes_per_token(kv, attn_tp)
             swa_layers += n
             window = max(window, getattr(spec, "sliding_window", 0))
+        elif pool == "full" and mla is not None and mla.index_head_dim:
+            # DeepSeek-V3.2: the cell size counts the latent at the cache dtype's element size and the indexer
+            # key (pool_configurator.py); the fp8 pool stores 656 B latents, 80 B a token more than it counts.
+            full += n * (kv.vector_bytes(mla.kv_lora_rank + mla.qk_rope_head_dim) + DSA_INDEX_KEY_BYTES)
+            full_layers += n
         elif pool == "full":
             full += n * spec.kv_bytes_per_token(kv, attn_tp)
             full_layers += n
@@ -363,6 +391,11 @@ def plan_sglang(d: Deployment) -> SglangReport:
     rules = defaults.release
     page, page_note = _page_size(o, rules)
     dtype = d.weights.dtype or serving_dtype(model.config_dtype)
+    kv_name = d.kv_cache_dtype
+    if model.geometry.mla is not None and model.geometry.mla.index_head_dim:
+        kv_name = _dsa_kv_dtype(kv_name, rules, o.version, d.gpu.key, dtype)
+        if d.gpu.vendor != "amd" and page != DSA_PAGE_TOKENS:
+            page, page_note = DSA_PAGE_TOKENS, f"SGLang's DeepSeek-V3.2 pool takes {DSA_PAGE_TOKENS}-token pages"
     attn_tp = _attention_tp(p)
     split = WeightSplit(
         attention_ranks=attn_tp if p.dp_attention else None,
@@ -390,7 +423,7 @@ def plan_sglang(d: Deployment) -> SglangReport:
         rounding = segment_bytes(tensors) - sum(tensors) if tensors is not None else 0
         w = modelled + rounding if box.weights_bytes is None else box.weights_bytes
         rest = free_before - w - round(free_before * (1 - defaults.mem_fraction_static))
-        c = _cells(model, layers, d.kv_cache_dtype, dtype, attn_tp, rules.swa_pool)
+        c = _cells(model, layers, kv_name, dtype, attn_tp, rules.swa_pool)
         slots = _mamba_slots(rest, c.state_bytes, o, p, rules) if c.state_bytes else 0
         profiled, swa_tokens = _tokens(rest - slots * c.state_bytes, c)
         tokens = max(0, min(profiled, o.max_total_tokens or profiled))

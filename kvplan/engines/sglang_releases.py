@@ -131,6 +131,9 @@ class SglangRelease:
     swa_pool: bool  # sliding-window layers get their own token pool (set_num_token_hybrid)
     mamba: str  # "fixed": 512 state slots (or max_running_requests); "ratio": mamba_full_memory_ratio of rest
     refusal: str  # "plain", "current value", "raise above"
+    # DeepSeek-V3.2's sparse attention (NSATokenToKVPool, 0.5.3rc2+; the indexer's key in the cell size from
+    # 0.5.3.post1) [2.4].
+    dsa: bool = False
 
     @property
     def label(self) -> str:
@@ -146,9 +149,9 @@ RELEASES: tuple[SglangRelease, ...] = (
     SglangRelease((0, 4, 9), "0.4.9, 0.4.10, 0.5.1", _reserve_by_size, BATCH_0_4_9, "default x0.90", 1, False,
                   "fixed", "plain"),
     SglangRelease((0, 5, 3), "0.5.3 ... 0.5.20", _reserve_by_activation, BATCH_0_5_3, "vit", 0, True, "fixed",
-                  "current value"),
+                  "current value", dsa=True),
     SglangRelease((0, 5, 23), "0.5.23", _reserve_by_activation, BATCH_0_5_23, "vit", 0, True, "ratio",
-                  "raise above"),
+                  "raise above", dsa=True),
 )
 NEWEST: Release = RELEASES[-1].first
 

@@ -98,13 +98,13 @@ def _bytes_per_token(model: ModelSpec, layers: range, kv_name: str, dtype: str, 
     kv = resolve_kv_dtype(kv_name, dtype)
     if model.geometry.mla is not None and model.geometry.mla.index_head_dim:
         raise FieldError("model", f"{model.name} has a sparse-attention indexer (DeepSeek-V3.2); kvplan models its "
-                         "key cache for vLLM and Transformers only (use --engine vllm)")
+                         "key cache for vLLM, SGLang and Transformers only (use --engine vllm)")
     total = 0
     for spec, n in model.spec_counts(layers).items():
         rule = KIND_RULES[spec.kind]
         if rule == "unmodelled":
             raise FieldError("model", f"{model.name} has {spec.kind} layers (DeepSeek-V4); kvplan models their "
-                             "caches for vLLM only (use --engine vllm)")
+                             "caches for vLLM and Transformers only (use --engine vllm)")
         if rule == "state":
             raise FieldError("model", f"{model.name} has {spec.kind} layers; kvplan does not model TensorRT-LLM's "
                              "state cache for them (use --engine vllm or sglang)")
