@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from kvplan.model.config_reader import ConfigReader
-from kvplan.model.geometry import CompressedMlaGeometry, Geometry, LinearAttentionGeometry, MambaGeometry, MlaGeometry
+from kvplan.model.geometry import Geometry, LinearAttentionGeometry, MambaGeometry, MlaGeometry
 from kvplan.model.kinds import LayerKind
 from kvplan.model.specs import ParamGroup, QuantSpec
 
@@ -22,6 +22,8 @@ Excluded = Callable[[str], bool]
 Formats = Callable[[str], QuantSpec | None]
 # A group's accumulator: (group name, quantized, its format in a MIXED_PRECISION checkpoint).
 _Key = tuple[str, bool, QuantSpec | None]
+# Tensors a model keeps in a dtype of their own whatever it is served in (ParamGroup.elem_bytes).
+FP32_BYTES, INT32_BYTES = 4, 4
 
 
 def _never(_: str) -> bool:
@@ -622,7 +624,6 @@ def _phi(c: _Counter, g: Geometry, cfg: ConfigReader) -> None:
 # DeepSeek-V4's routed experts are MXFP4 (expert_dtype "fp4"): two e2m1 values a byte and one ue8m0 scale per
 # 32, which vLLM keeps as loaded (Mxfp4MoEMethod; Marlin and Humming repack without padding these widths).
 _DSV4_EXPERTS = QuantSpec("mxfp4", 4, group_size=32, scale_bytes=1, note="DeepSeek-V4 routed experts (fp4)")
-FP32_BYTES, INT32_BYTES = 4, 4
 
 
 def _deepseek_v4(c: _Counter, g: Geometry, cfg: ConfigReader) -> None:
@@ -650,12 +651,12 @@ def _deepseek_v4(c: _Counter, g: Geometry, cfg: ConfigReader) -> None:
     c.add("attention_fp32", len(layers) * heads, elem_bytes=FP32_BYTES)  # attn_sink, one per head
     for i, ratio in enumerate(d.compress_ratios):
         if ratio > 1:
-            _dsv4_compressor(c, d, hidden, ratio, d.head_dim)
+            _dsv4_compressor(c, hidden, ratio, d.head_dim)
         if ratio == 4:
             c.linear("indexer", p + ".attn.indexer.wq_b", d.q_lora_rank, d.index_n_heads * d.index_head_dim,
                      layers=[i], tp="replicated")
             c.add("compressors", d.index_n_heads * hidden, tp="replicated")  # weights_proj, bf16
-            _dsv4_compressor(c, d, hidden, ratio, d.index_head_dim)
+            _dsv4_compressor(c, hidden, ratio, d.index_head_dim)
     # Hyper-connections: per mixer (attention, FFN) fn [(2 + m) m, m H], base [(2 + m) m], scale [3]; and
     # the head's fn [m, m H], base [m], scale [1]. Flash (m = 4, H = 4,096): 2 x 24 x 16,384 floats a layer.
     m = d.hc_mult
@@ -681,7 +682,7 @@ def _deepseek_v4(c: _Counter, g: Geometry, cfg: ConfigReader) -> None:
     _embeddings(c, g)
 
 
-def _dsv4_compressor(c: _Counter, d: CompressedMlaGeometry, hidden: int, ratio: int, width: int) -> None:
+def _dsv4_compressor(c: _Counter, hidden: int, ratio: int, width: int) -> None:
     """One compressor of `width`-wide entries: ape [r, coff x width] in float32, the fused kv/gate
     projection [2 coff width, H] and a norm in bf16; coff = 2 for the overlapping ratio-4 kind."""
     coff = 2 if ratio == 4 else 1
