@@ -69,6 +69,21 @@ def test_what_a_block_costs_per_release(release: str, pool: int, check: int, wei
         (62, 256, 0), (22, 64, 128), (21, 64, 128), (42, 4, 8), (20, 8, 128)]
 
 
+def test_deepseek_v4_pro_groups_and_block_costs() -> None:
+    # Pro: 30 ratio-4 and 31 ratio-128 layers, no window-only one. Its full-MLA group holds 30 + 30 + 31 = 91 pages
+    # (commonest count 31), the 61 windows 61, the ratio-4 states 60 (30 + 30), the ratio-128 states 31: 31 layer
+    # tuples pad least (2), so the windows split 31 + 30. One tuple: 8,640 + 37,440 + 1,728 = 47,808 B; x 31 =
+    # 1,482,048 B a block on 0.22. The largest group from 0.27: 30 x 8,640 + 30 x 37,440 + 31 x 1,728 =
+    # 1,435,968 B. At 30,000 tokens and 16,384-token steps a request takes 6,800 blocks, as Flash's.
+    pro = resolve_model("deepseek-ai/DeepSeek-V4-Pro", offline=True).model
+    old = dsv4_layout(pro.layers, rules_for("0.22.0"))
+    assert [(g.layers, g.block_size) for g in old.groups] == [(91, 256), (31, 64), (30, 64), (31, 8), (60, 4)]
+    assert old.bytes_per_block == old.check_bytes_per_block == 1_482_048
+    assert old.blocks_per_request(30_000, 16_384) * old.check_bytes_per_block == 10_077_926_400
+    new = dsv4_layout(pro.layers, rules_for("0.29.0"))
+    assert new.bytes_per_block == new.check_bytes_per_block == 1_435_968
+
+
 def test_vllm_44376_one_request_check_is_reproduced() -> None:
     # vllm#44376: DeepSeek-V4-Flash, 2 x GH200 at tp 2, LLM() (16,384-token steps on a card of 70 GiB or more),
     # 30,000 tokens, fp8 KV, block 256, release about 0.22; vLLM printed 6.66 GiB needed, 5.44 GiB available,

@@ -44,6 +44,9 @@ PINS = [
     # buffers) and 2 x 129,280 x 4,096 for the untied embedding and head; Transformers 5.24 counts the same
     # (tests/test_params_transformers.py).
     ("deepseek-ai/DeepSeek-V4-Flash", 8_928, 284_332_230_231),
+    # No window-only layer: 30 ratio-4 layers at 320 B and 31 ratio-128 layers at 8 B, 9,600 + 248. Its
+    # parameters are counted as Flash's; Transformers 5.24 counts the same (tests/test_params_transformers.py).
+    ("deepseek-ai/DeepSeek-V4-Pro", 9_848, 1_572_997_179_491),
     # 12 x 2 x 12 heads x 64 x 2 B (MHA)
     ("facebook/opt-125m", 36_864, 125_239_296),
     # 32 x 2 x 32 x 128 x 2 B
