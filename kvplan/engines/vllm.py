@@ -18,8 +18,8 @@ from kvplan.capacity.deployment import BoxProfile
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.engines.base import Refusal
 from kvplan.engines.vllm_batch import batch_shape
+from kvplan.engines.vllm_dsa import BLOCK_TOKENS as DSA_BLOCK_TOKENS
 from kvplan.engines.vllm_dsa import (
-    dsa_block_size,
     dsa_buffer_bytes,
     dsa_check,
     dsa_storage,
@@ -27,8 +27,8 @@ from kvplan.engines.vllm_dsa import (
     sparse_mla_gpu,
     uses_dsa,
 )
+from kvplan.engines.vllm_dsv4 import BLOCK_TOKENS as DSV4_BLOCK_TOKENS
 from kvplan.engines.vllm_dsv4 import (
-    dsv4_block_size,
     dsv4_buffer_bytes,
     dsv4_kv_dtype,
     dsv4_layout,
@@ -437,11 +437,11 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
     if model.geometry.compressed_mla is not None:
         kv_name = dsv4_kv_dtype(rules, kv_name, flags.version)
         sparse_mla_gpu(rules, gpu_key=gpu.key, vendor=gpu.vendor, version=flags.version, model="DeepSeek-V4")
-        block_size = dsv4_block_size()
+        block_size = DSV4_BLOCK_TOKENS
     storage = None
     if uses_dsa(model) and mla_in_use:
         dsa_check(rules, gpu_key=gpu.key, vendor=gpu.vendor, version=flags.version)
-        block_size = dsa_block_size()
+        block_size = DSA_BLOCK_TOKENS
         storage = dsa_storage(model, rules, kv_name=kv_name, dtype=dtype, gpu_key=gpu.key,
                               tp=flags.tensor_parallel_size)
         kv_name = "fp8" if storage.startswith("fp8") else storage

@@ -18,7 +18,10 @@ from kvplan.model.dtypes import weight_dtype_bytes
 from kvplan.model.specs import ModelSpec
 from kvplan.units import cdiv
 
-BLOCK_TOKENS = 64  # the indexer's kernels take only 64-token blocks (DeepseekV32IndexerBackend)
+# The indexer's kernels take only 64-token blocks (DeepseekV32IndexerBackend): the platform forces 64 over any
+# --block-size to 0.17 (CudaPlatform.check_and_update_config); from 0.18 it is the indexer backend's preference,
+# and vllm_dsv4.sparse_mla_refusal refuses another given size.
+BLOCK_TOKENS = 64
 INDEX_QUANT_BLOCK = 128  # fp8 values per float32 scale in the indexer key and in fp8_ds_mla
 FP32_BYTES = INT32_BYTES = 4
 BF16_BYTES = 2
@@ -51,12 +54,6 @@ def sparse_mla_gpu(rules: VllmRules, *, gpu_key: str, vendor: str, version: str,
         return
     raise FieldError("gpu", f"vLLM {version} runs {model}'s sparse attention on Hopper and data-center Blackwell "
                      f"GPUs (SM90, SM100; SM120 from 0.24), not SM{capability[0]}{capability[1]}", gpu_key)
-
-
-def dsa_block_size() -> int:
-    """64 tokens: forced over any --block-size to 0.17 (CudaPlatform.check_and_update_config); from 0.18 the
-    indexer backend's preference (vllm_dsv4.sparse_mla_refusal refuses another given size)."""
-    return BLOCK_TOKENS
 
 
 def dsa_storage(model: ModelSpec, rules: VllmRules, *, kv_name: str, dtype: str, gpu_key: str, tp: int) -> str:

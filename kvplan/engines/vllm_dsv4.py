@@ -28,7 +28,9 @@ from kvplan.errors import FieldError
 from kvplan.model.specs import CompressedMLASpec, LayerKind, LayerSpec, ModelSpec
 from kvplan.units import cdiv, round_up
 
-BLOCK_TOKENS = 256  # the only block size the V4 FlashMLA and indexer kernels take (flashmla.py, indexer.py)
+# The only block size the V4 FlashMLA and indexer kernels take (flashmla.py, indexer.py), and the one the V4
+# window backend prefers (sparse_swa.py); sparse_mla_refusal refuses another.
+BLOCK_TOKENS = 256
 SWA_BLOCK_TOKENS = 64  # DeepseekV4SWACache's fixed block (sparse_swa.py)
 PAGE_ALIGN_BYTES = 576  # FlashMLA's alignment, applied to every V4 page (kv_cache_interface._apply_alignment_padding)
 INDEX_QUANT_BLOCK = 128  # the indexer key's fp8 values per float32 scale (DeepseekV4Indexer.quant_block_size)
@@ -111,11 +113,6 @@ def sparse_mla_refusal(model: ModelSpec, rules: VllmRules, version: str, *, kv_c
         return Refusal("option", f"DeepSeek-V3.2's indexer takes only {DSA_BLOCK_TOKENS}-token blocks on vLLM "
                        f"{version}, not {block_size}.", "engine.block_size")
     return None
-
-
-def dsv4_block_size() -> int:
-    """The cache's block size: the V4 window backend prefers 256 (sparse_mla_refusal refuses another)."""
-    return BLOCK_TOKENS
 
 
 def dsv4_layout(stage: Sequence[LayerSpec], rules: VllmRules) -> KvCacheLayout:
