@@ -45,6 +45,11 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+# Element sizes of tensors a model or engine keeps in a dtype of their own, whatever the model is served in.
+FP32_BYTES = INT32_BYTES = 4
+BF16_BYTES = 2
+
+
 def round_up(a: int, step: int) -> int:
     """`a` rounded up to a multiple of `step`: a 37,376-byte page padded to 576-byte steps is 37,440."""
     return cdiv(a, step) * step

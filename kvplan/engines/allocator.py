@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kvplan.units import MiB, cdiv
+from kvplan.units import MiB, round_up
 
 MIN_BLOCK_BYTES = 512  # kMinBlockSize: every request is a multiple of it
 SMALL_BYTES = 1 * MiB  # kSmallSize
@@ -24,9 +24,6 @@ MIN_LARGE_ALLOC_BYTES = 10 * MiB  # kMinLargeAlloc
 LARGE_SEGMENT_BYTES = 20 * MiB  # kLargeBuffer
 ROUND_LARGE_BYTES = 2 * MiB  # kRoundLarge
 
-
-def _round_up(n: int, step: int) -> int:
-    return cdiv(n, step) * step
 
 
 def segment_bytes(tensor_bytes: Iterable[int]) -> int:
@@ -37,11 +34,11 @@ def segment_bytes(tensor_bytes: Iterable[int]) -> int:
     """
     small = medium = large = 0
     for n in tensor_bytes:
-        size = _round_up(max(n, 1), MIN_BLOCK_BYTES)
+        size = round_up(max(n, 1), MIN_BLOCK_BYTES)
         if size <= SMALL_BYTES:
             small += size
         elif size <= MIN_LARGE_ALLOC_BYTES:
             medium += size
         else:
-            large += _round_up(size, ROUND_LARGE_BYTES)
-    return _round_up(small, SMALL_SEGMENT_BYTES) + _round_up(medium, LARGE_SEGMENT_BYTES) + large
+            large += round_up(size, ROUND_LARGE_BYTES)
+    return round_up(small, SMALL_SEGMENT_BYTES) + round_up(medium, LARGE_SEGMENT_BYTES) + large

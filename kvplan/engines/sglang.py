@@ -30,6 +30,7 @@ from kvplan.engines.sglang_releases import (
     release_of,
     rules_for,
 )
+from kvplan.engines.vllm_dsa import index_key_bytes
 from kvplan.engines.vllm_engine import tp_refusal
 from kvplan.engines.vllm_memory import WeightSplit, non_torch_for, weights_per_stage
 from kvplan.errors import FieldError
@@ -169,8 +170,6 @@ class Cells:
     window_tokens: int
 
 
-# DeepSeek-V3.2's indexer key in SGLang's pool: 128 fp8 values and a float32 scale (NSATokenToKVPool).
-DSA_INDEX_KEY_BYTES = 128 + 4
 DSA_PAGE_TOKENS = 64  # the NSA pool asserts 64-token pages on CUDA (memory_pool.py)
 # server_args.py reads DeepSeek-V3.2's `auto` cache as fp8 on SM100 and later from 0.5.4.post2 (a patch release
 # kvplan's release ranges cannot tell from 0.5.4).
@@ -213,7 +212,7 @@ def _cells(model: ModelSpec, layers: range, kv_name: str, dtype: str, attn_tp: i
         elif pool == "full" and mla is not None and mla.index_head_dim:
             # DeepSeek-V3.2: the cell size counts the latent at the cache dtype's element size and the indexer
             # key (pool_configurator.py); the fp8 pool stores 656 B latents, 80 B a token more than it counts.
-            full += n * (kv.vector_bytes(mla.kv_lora_rank + mla.qk_rope_head_dim) + DSA_INDEX_KEY_BYTES)
+            full += n * (kv.vector_bytes(mla.kv_lora_rank + mla.qk_rope_head_dim) + index_key_bytes(mla.index_head_dim))
             full_layers += n
         elif pool == "full":
             full += n * spec.kv_bytes_per_token(kv, attn_tp)

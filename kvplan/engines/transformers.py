@@ -35,9 +35,8 @@ from kvplan.model.specs import (
     StateTensor,
 )
 from kvplan.records import dataclass
-from kvplan.units import fmt_gib
+from kvplan.units import FP32_BYTES, fmt_gib
 
-FP32_BYTES = 4
 CACHE_KINDS = ("dynamic", "static")
 # The recurrent state of every Transformers scan (mamba2_chunk_scan, torch_chunk_gated_delta_rule, Jamba's
 # selective scan) is computed in float32 and cached as returned.

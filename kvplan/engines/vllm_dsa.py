@@ -16,16 +16,20 @@ from kvplan.errors import FieldError
 from kvplan.hardware.gpus import COMPUTE_CAPABILITY
 from kvplan.model.dtypes import weight_dtype_bytes
 from kvplan.model.specs import ModelSpec
-from kvplan.units import cdiv
+from kvplan.units import BF16_BYTES, FP32_BYTES, INT32_BYTES, cdiv
 
 # The indexer's kernels take only 64-token blocks (DeepseekV32IndexerBackend): the platform forces 64 over any
 # --block-size to 0.17 (CudaPlatform.check_and_update_config); from 0.18 it is the indexer backend's preference,
 # and vllm_dsv4.sparse_mla_refusal refuses another given size.
 BLOCK_TOKENS = 64
 INDEX_QUANT_BLOCK = 128  # fp8 values per float32 scale in the indexer key and in fp8_ds_mla
-FP32_BYTES = INT32_BYTES = 4
-BF16_BYTES = 2
 FLASHINFER_SMALL_HEADS = 16  # SM100 puts FlashInfer-sparse first at this many heads a rank or fewer (0.17+)
+
+
+def index_key_bytes(width: int) -> int:
+    """One lightning-indexer key as vLLM and SGLang store it, DeepSeek-V3.2's and V4's alike: fp8 values and a
+    float32 scale per 128 (DeepseekV32IndexerCache, DeepseekV4Indexer, NSATokenToKVPool): 128 + 4 = 132 B."""
+    return width + width // INDEX_QUANT_BLOCK * FP32_BYTES
 
 
 def uses_dsa(model: ModelSpec) -> bool:
@@ -90,7 +94,7 @@ def dsa_token_bytes(model: ModelSpec, storage: str) -> int:
         stored = latent
     else:
         stored = latent * weight_dtype_bytes(storage)
-    return stored + mla.index_head_dim + mla.index_head_dim // INDEX_QUANT_BLOCK * FP32_BYTES
+    return stored + index_key_bytes(mla.index_head_dim)
 
 
 def dsa_buffer_bytes(model: ModelSpec, rules: VllmRules, *, max_num_batched_tokens: int, max_model_len: int,
@@ -114,7 +118,7 @@ def dsa_note(model: ModelSpec, storage: str) -> str:
     per_token = dsa_token_bytes(model, storage)
     mla = model.geometry.mla
     assert mla is not None  # called where uses_dsa(model)
-    index = mla.index_head_dim + mla.index_head_dim // INDEX_QUANT_BLOCK * FP32_BYTES
+    index = index_key_bytes(mla.index_head_dim)
     return (f"sparse attention: each layer keeps the indexer's key ({index} B, fp8 with its scale) beside the "
             f"latent stored as {storage} ({per_token - index:,} B): {per_token:,} B a token, the same on every "
             "TP rank")

@@ -22,20 +22,18 @@ from typing import cast
 
 from kvplan.engines.base import Refusal
 from kvplan.engines.vllm_dsa import BLOCK_TOKENS as DSA_BLOCK_TOKENS
+from kvplan.engines.vllm_dsa import index_key_bytes
 from kvplan.engines.vllm_kv import KvCacheLayout, KvGroup, group_blocks
 from kvplan.engines.vllm_versions import VllmRules
 from kvplan.errors import FieldError
 from kvplan.model.specs import CompressedMLASpec, LayerKind, LayerSpec, ModelSpec
-from kvplan.units import cdiv, round_up
+from kvplan.units import BF16_BYTES, FP32_BYTES, INT32_BYTES, cdiv, round_up
 
 # The only block size the V4 FlashMLA and indexer kernels take (flashmla.py, indexer.py), and the one the V4
 # window backend prefers (sparse_swa.py); sparse_mla_refusal refuses another.
 BLOCK_TOKENS = 256
 SWA_BLOCK_TOKENS = 64  # DeepseekV4SWACache's fixed block (sparse_swa.py)
 PAGE_ALIGN_BYTES = 576  # FlashMLA's alignment, applied to every V4 page (kv_cache_interface._apply_alignment_padding)
-INDEX_QUANT_BLOCK = 128  # the indexer key's fp8 values per float32 scale (DeepseekV4Indexer.quant_block_size)
-FP32_BYTES = INT32_BYTES = 4
-BF16_BYTES = 2
 # The compressor's state block, rows a block: its [block, state] page must fit the latent pages it shares a
 # tensor with (compressor.py: "C4 compressor block shape [4, 2*512*2*4]", "C128 [8, 512*2*4]").
 STATE_BLOCK_ROWS = {4: 4, 128: 8}
@@ -46,11 +44,6 @@ def latent_bytes(spec: CompressedMLASpec) -> int:
     fp8 values and a pad byte (attention.py head_bytes). 512 = 448 + 64 wide: 448 + 128 + 7 + 1 = 584 B."""
     nope = spec.head_dim - spec.rope_dim
     return nope + 2 * spec.rope_dim + nope // 64 + 1
-
-
-def index_key_bytes(spec: CompressedMLASpec) -> int:
-    """One indexer key: fp8 values and a float32 scale per 128 (attention.py k_cache_head_dim): 128 + 4 = 132 B."""
-    return spec.index_head_dim + spec.index_head_dim // INDEX_QUANT_BLOCK * FP32_BYTES
 
 
 def _page(rows: int, row_bytes: int) -> int:
@@ -70,7 +63,7 @@ def layer_caches(spec: CompressedMLASpec) -> list[tuple[str, int, int, int]]:
     out.append(("mla", BLOCK_TOKENS, 0, _page(BLOCK_TOKENS // r, latent_bytes(spec))))
     out.append((f"state{r}", rows, coff * r, _page(rows, 2 * coff * spec.head_dim * FP32_BYTES)))
     if r == 4:
-        out.append(("mla", BLOCK_TOKENS, 0, _page(BLOCK_TOKENS // r, index_key_bytes(spec))))
+        out.append(("mla", BLOCK_TOKENS, 0, _page(BLOCK_TOKENS // r, index_key_bytes(spec.index_head_dim))))
         out.append((f"state{r}", rows, coff * r, _page(rows, 2 * coff * spec.index_head_dim * FP32_BYTES)))
     return out
 

@@ -25,7 +25,7 @@ from kvplan.model.dtypes import serving_dtype, weight_dtype_bytes
 from kvplan.model.quant import group_weight_bytes
 from kvplan.model.specs import LayerKind, ModelSpec, ParamGroup, QuantSpec
 from kvplan.records import dataclass
-from kvplan.units import GiB, cdiv
+from kvplan.units import FP32_BYTES, GiB, cdiv
 
 # VocabParallelEmbedding / ParallelLMHead pad the vocabulary to a multiple of 64 before splitting it over
 # TP ranks: Granite's 49,155 tokens become 49,216 rows.
@@ -53,7 +53,6 @@ _ONE_INTERMEDIATE = ("arctic", "bloom", "chatglm", "dbrx", "falcon", "gpt2", "gp
 FWD_BASE_BYTES = round(0.096 * GiB)
 FWD_PER_TOKEN_WIDTH = 2.926
 SAMPLER_BASE_BYTES = round(0.023 * GiB)
-FP32_BYTES = 4
 # float32 [S, V] tensors alive at the sampler's peak, per sampler path (engine-rules.md 1.5): the 0.17+ Triton
 # top-k/top-p keeps the float logits, softmax and the exponential noise (3; fitted 3.279 on 0.19). FlashInfer
 # (0.8-0.11 where installed): 0.8 takes softmax probabilities and samples from them (logits and probabilities:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from kvplan.hardware.gpus import GpuSpec
 from kvplan.records import dataclass
-from kvplan.units import cdiv
+from kvplan.units import cdiv, round_up
 
 MX_BLOCK = 32  # values per e8m0 scale byte
 
@@ -63,9 +63,6 @@ def backend_for(gpu: GpuSpec, *, triton_kernels: bool = True, flashinfer: bool =
     return MARLIN
 
 
-def _round_up(n: int, multiple: int) -> int:
-    return cdiv(n, multiple) * multiple
-
 
 def expert_bytes_per_rank(
     *, experts: int, layers: int, hidden: int, intermediate: int, ranks: int, bias_bytes: int, backend: Mxfp4Backend,
@@ -77,10 +74,10 @@ def expert_bytes_per_rank(
     2,944 x 90 + 2,880 x 46 = 397,440 B, kept twice; fp32 biases (2,944 + 2,880) x 4 = 23,296 B. 768 experts:
     768 x (6,545,408 + 794,880 + 23,296) = 5,655,232,512 B.
     """
-    inter = _round_up(cdiv(intermediate, ranks), backend.intermediate_multiple)
-    hid = _round_up(hidden, backend.hidden_multiple)
+    inter = round_up(cdiv(intermediate, ranks), backend.intermediate_multiple)
+    hid = round_up(hidden, backend.hidden_multiple)
     if backend.swizzle:
-        values = _round_up(hid // 2, 64) * _round_up(2 * inter, 64) + _round_up(inter // 2, 64) * _round_up(hid, 64)
+        values = round_up(hid // 2, 64) * round_up(2 * inter, 64) + round_up(inter // 2, 64) * round_up(hid, 64)
     else:
         values = 2 * inter * hid // 2 + hid * inter // 2
     scales = 2 * inter * cdiv(hid, MX_BLOCK) + hid * cdiv(inter, MX_BLOCK)

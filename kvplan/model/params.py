@@ -15,6 +15,7 @@ from kvplan.model.config_reader import ConfigReader
 from kvplan.model.geometry import Geometry, LinearAttentionGeometry, MambaGeometry, MlaGeometry
 from kvplan.model.kinds import LayerKind
 from kvplan.model.specs import ParamGroup, QuantSpec
+from kvplan.units import FP32_BYTES, INT32_BYTES
 
 # A predicate over a full module name: True when the checkpoint leaves that module unquantized.
 Excluded = Callable[[str], bool]
@@ -22,8 +23,6 @@ Excluded = Callable[[str], bool]
 Formats = Callable[[str], QuantSpec | None]
 # A group's accumulator: (group name, quantized, its format in a MIXED_PRECISION checkpoint).
 _Key = tuple[str, bool, QuantSpec | None]
-# Tensors a model keeps in a dtype of their own whatever it is served in (ParamGroup.elem_bytes).
-FP32_BYTES, INT32_BYTES = 4, 4
 
 
 def _never(_: str) -> bool:
