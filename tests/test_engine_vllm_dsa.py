@@ -131,3 +131,7 @@ def test_the_plan_says_what_a_token_costs(runner, tmp_path) -> None:
     result = run_cli(runner, "estimate", str(path), "--gpu", "H200", "--tp", "8", "--kv-cache-dtype", "fp8")
     # 656 B of fp8_ds_mla latent and 132 B of indexer key.
     assert "stored as fp8_ds_mla (656 B): 788 B a token" in " ".join(result.stdout.split()), result.output
+    # To 0.17 vLLM forces 64-token blocks over a given size, and the plan says the given one is not used.
+    result = run_cli(runner, "estimate", str(path), "--gpu", "H200", "--tp", "8", "--vllm-version", "0.17.0",
+                     "--block-size", "16")
+    assert "the given block size 16 is not used" in " ".join(result.stdout.split()), result.output

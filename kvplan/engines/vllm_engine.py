@@ -286,6 +286,10 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
         out.extend(_layout_notes(f, layout))
     if f.dsa_storage is not None:
         out.append(dsa_note(d.model, f.dsa_storage))
+        given = d.engine.block_size if isinstance(d.engine, VllmOptions) else None
+        if given is not None and given != f.block_size:  # only to 0.17: sparse_mla_refusal refuses it after
+            out.append(f"vLLM {f.version} forces {f.block_size}-token blocks for DeepSeek-V3.2's indexer: the "
+                       f"given block size {given} is not used")
     if f.num_speculative_tokens:
         out.append(f"MTP with {f.num_speculative_tokens} draft tokens: the draft's weights and its attention "
                    "layers' cache are counted (and, in a DeltaNet hybrid, its longer conv state and "
