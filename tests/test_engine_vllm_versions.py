@@ -159,6 +159,19 @@ CHANGES = [
     ("0.18.1", "0.19.0", "dsa_fp8_flashinfer", "small_heads", "always"),
     ("0.16.0", "0.17.0", "dsa_block_table", False, True),
     ("0.29.0", "0.30.0", "dsa_index_groups", False, True),
+    # The attention backend and FlashInfer's buffers (tests/test_engine_vllm_attention.py): the estimate comes off
+    # the budget from 0.20 (394 MiB workspace), flashinfer.py sizes it by the prefill chunk from 0.26
+    # (FLASHINFER_PREFILL_WORKSPACE_BYTES_PER_ELEM), takes 512-wide heads from 0.22 and SM80+ only from 0.24;
+    # supports_sink adds SM12x at 0.28 and SM90 at 0.30; utils/flashinfer.py supports_trtllm_attention gives SM90
+    # XQA decode at 0.25 and SM12x at 0.28.
+    ("0.19.1", "0.20.0", "flashinfer_workspace", "", "fixed"),
+    ("0.25.1", "0.26.0", "flashinfer_workspace", "fixed", "step"),
+    ("0.21.0", "0.22.0", "flashinfer_head_512", False, True),
+    ("0.23.0", "0.24.0", "flashinfer_min_capability", (7, 5), (8, 0)),
+    ("0.27.1", "0.28.0", "flashinfer_sink_majors", (10,), (10, 12)),
+    ("0.29.0", "0.30.0", "flashinfer_sink_majors", (10, 12), (9, 10, 12)),
+    ("0.24.0", "0.25.0", "xqa_majors", (), (9,)),
+    ("0.27.1", "0.28.0", "xqa_majors", (9,), (9, 12)),
     # V1's start-up lines, per sdist: v1/executor (0.6.4) then v1/core/kv_cache_utils.py print "# GPU blocks: %d",
     # with "Maximum concurrency ..." after it from 0.7.1; gpu_model_runner.load_model's weights line; gpu_worker.py
     # logs memory_profiling's result and "Available KV cache memory" from 0.9.1; format_gib from 0.14.0; Model

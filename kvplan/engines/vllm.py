@@ -17,6 +17,7 @@ from typing import Any
 from kvplan.capacity.deployment import BoxProfile
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.engines.base import Refusal
+from kvplan.engines.vllm_attention import AttentionPath, attention_path, flashinfer_graph_bytes
 from kvplan.engines.vllm_batch import batch_shape
 from kvplan.engines.vllm_dsa import BLOCK_TOKENS as DSA_BLOCK_TOKENS
 from kvplan.engines.vllm_dsa import (
@@ -57,7 +58,7 @@ from kvplan.engines.vllm_mxfp4 import Mxfp4Backend, release_backend
 from kvplan.engines.vllm_profile import ProfileUse, apply_profile
 from kvplan.engines.vllm_versions import VllmRules, engine_for, parse_release, rules_for
 from kvplan.errors import FieldError, InputError
-from kvplan.hardware.gpus import GpuSpec
+from kvplan.hardware.gpus import COMPUTE_CAPABILITY, GpuSpec
 from kvplan.model.dtypes import KvDtype, normalize_weight_dtype, resolve_kv_dtype, serving_dtype, weight_dtype_bytes
 from kvplan.model.specs import LayerKind, LayerSpec, ModelSpec
 from kvplan.records import dataclass
@@ -261,6 +262,8 @@ class VllmReport:
     requested_bytes: int
     cudagraph_bytes: int  # what the captured graphs hold on a rank (subtracted only from 0.20)
     graphs: GraphModes
+    attention: AttentionPath | None  # the K/V layers' backend (0.20+ on NVIDIA GPUs; None: not picked)
+    flashinfer_graph_bytes: int  # FlashInfer's buffers within cudagraph_bytes (vllm_attention)
     stages: tuple[StageKv, ...]
     limiting_stage: int  # the rank whose block count all ranks adopt
     num_blocks: int  # as vLLM counts them (V1: the null block included)
@@ -326,6 +329,8 @@ class VllmReport:
             "requested_bytes": self.requested_bytes,
             "cudagraph_bytes": self.cudagraph_bytes,
             "cudagraphs_subtracted": graphs_charged(f),
+            "attention_backend": None if self.attention is None else self.attention.label,
+            "flashinfer_graph_bytes": self.flashinfer_graph_bytes,
             "model_runner": f.runner,
             "compile_cache": f.compile_cache,
             "cudagraph_sizes": {"piecewise": len(self.graphs.piecewise), "full": len(self.graphs.full),
@@ -788,7 +793,15 @@ def plan_vllm(
     modes = capture_sizes(rules, f.engine, gpu, max_num_seqs=f.max_num_seqs,
                           max_num_batched_tokens=f.max_num_batched_tokens, enforce_eager=flags.enforce_eager,
                           lora=f.lora is not None, decode_query_len=1 + f.num_speculative_tokens)
-    graphs = _graph_bytes(model, f, modes, max(len(s) for s in stage_layers))
+    capability = COMPUTE_CAPABILITY.get(gpu.key) if gpu.vendor == "nvidia" and f.engine == "v1" else None
+    attention = attention_path(model, rules, capability, f.kv_cache_dtype.name)
+    if (attention is not None and capability is not None and f.num_speculative_tokens
+            and not attention.full_graphs_with_drafts(capability[0])):
+        modes = replace(modes, full=())  # resolve_cudagraph_mode_and_sizes: "setting cudagraph_mode=PIECEWISE"
+    flashinfer_bytes = flashinfer_graph_bytes(
+        attention, rules, runner=f.runner, full_graphs=len(modes.full), max_num_batched_tokens=f.max_num_batched_tokens,
+        heads_per_rank=model.num_attention_heads // f.tp)
+    graphs = _graph_bytes(model, f, modes, max(len(s) for s in stage_layers)) + flashinfer_bytes
     used: ProfileUse | None = None
     if profile is not None:
         total, memories, graphs, used = apply_profile(
@@ -826,6 +839,8 @@ def plan_vllm(
         requested_bytes=requested,
         cudagraph_bytes=graphs,
         graphs=modes,
+        attention=attention,
+        flashinfer_graph_bytes=flashinfer_bytes,
         stages=tuple(stages),
         limiting_stage=limiting,
         num_blocks=num_blocks,

@@ -270,6 +270,28 @@ def _layout_notes(f: ResolvedFlags, layout: KvCacheLayout) -> list[str]:
     return out
 
 
+def _attention_notes(r: VllmReport) -> list[str]:
+    """FlashInfer's share of the CUDA-graph estimate, and FULL graphs dropped under speculative decoding
+    (vllm_attention)."""
+    f, path = r.flags, r.attention
+    if path is None or path.backend != "FLASHINFER":
+        return []
+    out = []
+    if r.flashinfer_graph_bytes:
+        wrappers = f"{len(r.graphs.full)} decode wrappers of 8 MiB"
+        what = (f"its {fmt_gib(r.flashinfer_graph_bytes)} workspace" if not path.flashinfer_native else
+                f"{wrappers} ({fmt_gib(r.flashinfer_graph_bytes)}; its workspace comes before the capture)"
+                if f.runner == "v2" else f"its workspace and {wrappers} ({fmt_gib(r.flashinfer_graph_bytes)})")
+        where = ("in the CUDA-graph estimate" if graphs_charged(f) else
+                 "beside the CUDA graphs, outside the budget")
+        out.append(f"vLLM {f.version} runs this model's attention on {path.label} on this GPU: the FULL "
+                   f"captures allocate {what}, {where}")
+    elif f.num_speculative_tokens and not r.graphs.full and r.graphs.piecewise:
+        out.append(f"vLLM {f.version} runs this model's attention on {path.label} on this GPU, whose decode "
+                   "graphs hold one token a request: with draft tokens it captures piecewise graphs only")
+    return out
+
+
 def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) -> list[str]:
     """Why vLLM's figures are what they are: null block, windows, raised blocks, graphs, install, warm-up,
     profile."""
@@ -313,6 +335,7 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
                    f"embedding table: {fmt_gib(clone.compile_clone_bytes)}, above the run's "
                    f"{fmt_gib(clone.run_peak_bytes)} (vllm#54122); a warm cache (--compile-cache warm) leaves "
                    f"{fmt_gib(clone.compile_clone_bytes - clone.run_peak_bytes)} more KV")
+    out.extend(_attention_notes(r))
     if (f.rules.gdn_graph_transient and f.runner == "v1" and r.graphs.full and graphs_charged(f)
             and "linear_attention" in d.model.layer_kinds()):
         # fentz26's Qwen3.8-27B at tp 2 on 0.27.1 (256 sequences, 32 context tokens each): estimated 3.51 GiB for

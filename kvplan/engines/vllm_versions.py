@@ -191,6 +191,18 @@ class VllmRules:
     # by page-weighted blocks (0.20-0.26). `dsv4_mtp_buffer`: the MTP hidden-state buffer is built without
     # speculative decoding (0.20-0.26). `dsv4_auto_fp8`: --kv-cache-dtype auto takes fp8 (0.30+; before, the
     # attention layer asserts an fp8 cache).
+    # The attention backend and FlashInfer's buffers in the CUDA-graph estimate (vllm_attention, engine-rules.md
+    # 1.26), from the 0.18-0.33 sdists. `flashinfer_workspace`: "" (not modelled: the estimate is off the budget
+    # before 0.20), "fixed" (0.20-0.25: 394 MiB), "step" (0.26+: at least the prefill chunk's heads x 16 B).
+    # `flashinfer_head_512`: FlashInfer takes 512-wide heads (0.22+). `flashinfer_min_capability`: SM75 to 0.23,
+    # SM80 from 0.24. `flashinfer_sink_majors`: the SM majors FlashInfer runs attention sinks on (SM100 to 0.27,
+    # SM12x from 0.28, SM90 from 0.30). `xqa_majors`: the SM majors FlashInfer decodes on through XQA (SM90 from
+    # 0.25, SM12x from 0.28).
+    flashinfer_workspace: str = ""
+    flashinfer_head_512: bool = False
+    flashinfer_min_capability: tuple[int, int] = (7, 5)
+    flashinfer_sink_majors: tuple[int, ...] = (10,)
+    xqa_majors: tuple[int, ...] = ()
     dsv4: bool = False
     dsv4_pool: str = "tuples"
     dsv4_check: str = "tuples"
@@ -333,9 +345,11 @@ def _changes() -> tuple[VllmRules, ...]:
     # shows 0.17.0-0.19.0 reaching capture with 1,024 sequences on 856 blocks.
     change((0, 20, 0), "utilization 0.92; CUDA-graph estimate subtracted from the budget; Nemotron-H's SSM "
            "state float32 unless the config says; a hybrid's max_num_seqs bounded by the cache's blocks; Mamba "
-           "prefix caching aligned under speculative decoding; DeepSeek-V4",
+           "prefix caching aligned under speculative decoding; DeepSeek-V4; FlashInfer's 394 MiB workspace in the "
+           "graph estimate",
            default_utilization=0.92, cudagraphs_subtracted=True, nemotron_ssm_default="float32",
-           mamba_seqs_check=True, mamba_mode_default="support_unless_spec", dsv4=True)
+           mamba_seqs_check=True, mamba_mode_default="support_unless_spec", dsv4=True,
+           flashinfer_workspace="fixed")
     change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len); an off-stride step is captured",
            v1_tokens_rule="concurrency", capture_step=True)
     # Model Runner V2 (vllm/config/vllm.py _is_default_v2_model_runner_model and DEFAULT_V2_MODEL_RUNNER_
@@ -343,42 +357,49 @@ def _changes() -> tuple[VllmRules, ...]:
     # profile_run samples the dummy rows without top-k/top-p, its profile_cudagraph_memory returns 0 until 0.29,
     # and it warms kernels up instead of V1's sampler warm-up.
     change((0, 22, 0), "Model Runner V2 by default for Qwen3 dense unquantized models; KV refusals say model's; "
-           "Mamba prefix caching 'all' under speculative decoding too, with the draft's state pages",
+           "Mamba prefix caching 'all' under speculative decoding too, with the draft's state pages; FlashInfer "
+           "takes 512-wide heads",
            v2_runner="listed", v2_architectures=("Qwen3ForCausalLM",), v2_listed_unquantized=True,
            v2_sampler_fp32=True, kv_refusal_wording="cpu_note", mamba_mode_default="support",
-           mamba_all_spec_pages=True)
+           mamba_all_spec_pages=True, flashinfer_head_512=True)
     change((0, 23, 0), "Model Runner V2 by default for Llama, Mistral and Qwen3 dense unquantized models; "
            "DeepSeek-V4's pool sized by page-size slots",
            v2_architectures=("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"), dsv4_pool="slots")
-    change((0, 24, 0), "Model Runner V2 for the listed architectures, quantized or MoE too; sparse MLA on SM120",
+    change((0, 24, 0), "Model Runner V2 for the listed architectures, quantized or MoE too; sparse MLA on SM120; "
+           "FlashInfer from SM80",
            sparse_mla_sm120=True,
            v2_architectures=("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "LlamaForCausalLM",
                              "MistralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM"),
-           v2_listed_unquantized=False)
+           v2_listed_unquantized=False, flashinfer_min_capability=(8, 0))
     change((0, 25, 0), "Model Runner V2 default for dense models and three MoE architectures: one float32 copy "
-           "of the logits in the profiled sampler, no CUDA-graph estimate", v2_runner="dense",
+           "of the logits in the profiled sampler, no CUDA-graph estimate; FlashInfer decodes through XQA on "
+           "SM90", v2_runner="dense", xqa_majors=(9,),
            v2_architectures=("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "Qwen2MoeForCausalLM"))
     # vllm#50780 (open): the estimator is unchanged from 0.23, but from 0.26.0 the GDN decode-with-context path
     # its FULL warm-up runs leaves a transient that grows with max_num_batched_tokens (op not pinned upstream).
     change((0, 26, 0), "a gated-DeltaNet hybrid's CUDA-graph estimate holds a profiling transient (not modelled); "
            "V2's profiled sampler keeps the logits in their own dtype; windows reserve every in-flight batch; ROCm "
-           "charges its graph estimate",
-           gdn_graph_transient=True, v2_sampler_fp32=False, window_in_flight_batches=True, cudagraphs_rocm=True)
+           "charges its graph estimate; FlashInfer's workspace sized by the prefill chunk's heads",
+           gdn_graph_transient=True, v2_sampler_fp32=False, window_in_flight_batches=True, cudagraphs_rocm=True,
+           flashinfer_workspace="step")
     change((0, 27, 0), "non-KV memory = drop in free memory + transient peak (same terms); DeepSeek-V4's pool "
            "strided by its largest group, state pages unpadded, plain concurrency, no MTP buffer without a draft",
            v1_budget="consumed", dsv4_pool="stride", dsv4_state_padded=False, dsv4_weighted_concurrency=False,
            dsv4_mtp_buffer=False)
     change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line; "
            "no bitsandbytes; 16,384 tokens and 1,024 sequences on GPUs of 160 GiB and more; V2's weights line "
-           "says memory; prefix caching on a hybrid aligns its Mamba state by default",
+           "says memory; prefix caching on a hybrid aligns its Mamba state by default; FlashInfer decodes through "
+           "XQA on SM12x too, and runs sinks there",
            blackwell_1024=True, combined_kv_line=True, bitsandbytes=False, v1_batch_rule="memory_tiers",
-           v2_load_memory_word=True, mamba_mode_default="align")
+           v2_load_memory_word=True, mamba_mode_default="align", flashinfer_sink_majors=(10, 12),
+           xqa_majors=(9, 12))
     change((0, 29, 0), "Model Runner V2 for every model; it estimates CUDA graphs; batch-sharded sampling; "
            "DeepSeek-V4's one-request check at the pool's stride; the check holds the null block back",
            v2_runner="all", v2_cudagraphs_profiled=True, v2_sharded_sampling=True, dsv4_check="stride",
            check_null_block=True)
-    change((0, 30, 0), "DeepSeek-V4 takes --kv-cache-dtype auto as fp8; a DSA top-k index group per layer",
-           dsv4_auto_fp8=True, dsa_index_groups=True)
+    change((0, 30, 0), "DeepSeek-V4 takes --kv-cache-dtype auto as fp8; a DSA top-k index group per layer; "
+           "FlashInfer runs sinks on SM90",
+           dsv4_auto_fp8=True, dsa_index_groups=True, flashinfer_sink_majors=(9, 10, 12))
     # v1/kv_cache_interface.py MambaSpec gains num_prefill_checkpoint_blocks at 0.29.0; mamba_mixer2.py sets it
     # to 1 from 0.32.0 (absent at 0.31.0).
     change((0, 32, 0), "a Mamba2 mixer keeps a prefill checkpoint page in align mode", mamba2_checkpoint_page=True)
