@@ -454,6 +454,20 @@ def test_cuda_context_charged_until_0_9_0():
     assert new.available_kv_cache_bytes - old.available_kv_cache_bytes == CONTEXT_BYTES
 
 
+def test_communicators_charged_until_0_11():
+    # Before 0.11 the worker snapshots before init_worker_distributed_environment, so the communicators it then
+    # sets up are growth the budget charges: at tp 4 on H100s the 1.02 GiB the 0.19 fit split shows before
+    # the snapshot, on top of the 2.17 GiB grown while profiling. 0.11.0 snapshots after them.
+    flags = dict(max_model_len=8192, gpu_memory_utilization=0.9, tensor_parallel_size=4)
+    before_11 = plan_vllm(LLAMA, VllmFlags(version="0.10.2", **flags), H100).stages[0].memory
+    after_11 = plan_vllm(LLAMA, VllmFlags(version="0.11.0", **flags), H100).stages[0].memory
+    assert after_11.non_torch_bytes == round(2.17 * GiB) == 2_330_019_758
+    assert before_11.non_torch_bytes == round(2.17 * GiB) + round(1.02 * GiB) == 3_425_236_418
+    # V0 too (worker.py init_device: baseline_snapshot, then the distributed set-up), DeepSeek-V3-AWQ's 0.7.3.
+    v0 = plan_vllm(LLAMA, VllmFlags(version="0.7.3", **flags), H100).stages[0].memory
+    assert v0.non_torch_bytes == 3_425_236_418
+
+
 def test_cuda_graphs_subtracted_from_0_20():
     # Same utilization (0.9, given), same requested memory: 0.20 takes the graph estimate off the budget.
     # Llama-3.1-8B, 51 piecewise + 51 full graphs up to 512 tokens, 32 layers, bf16:

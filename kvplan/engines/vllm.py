@@ -47,6 +47,7 @@ from kvplan.engines.vllm_memory import (
     StageMemory,
     WeightSplit,
     activation_peak_bytes,
+    comms_in_growth,
     cublas_in_baseline,
     non_torch_for,
     num_experts,
@@ -748,6 +749,8 @@ def plan_vllm(
     rules = f.rules
     total = gpu.total_memory_bytes
     non_torch = replace(non_torch_for(gpu.key, f.tp, f.pp), other_bytes=in_use_bytes)
+    if not rules.snapshot_after_comms:
+        non_torch = comms_in_growth(non_torch)
     if f.engine == "v1" and rules.cublas_before_snapshot:
         non_torch = cublas_in_baseline(non_torch, gpu.key)
     charge_context = rules.charges_context(f.engine)
@@ -975,8 +978,7 @@ def _free_at_start(f: ResolvedFlags, total: int, requested: int, stages: list[St
     if f.engine != "v1" or f.rules.startup_check is None:
         return None
     nt = stages[0].memory.non_torch  # every rank takes the same row
-    # Before 0.11 the snapshot comes ahead of the communicators, so they are not in use yet.
-    free = total - nt.before_start_bytes + (0 if f.rules.snapshot_after_comms else nt.before_snapshot_bytes)
+    free = total - nt.before_start_bytes  # before 0.11 the communicators come after it (comms_in_growth)
     if free >= requested:
         return None
     device = " cuda:0" if f.rules.startup_check == "device" else ""

@@ -180,6 +180,14 @@ def cublas_in_baseline(nt: NonTorch, gpu_key: str) -> NonTorch:
     return replace(nt, before_snapshot_bytes=nt.before_snapshot_bytes + moved, growth_bytes=nt.growth_bytes - moved)
 
 
+def comms_in_growth(nt: NonTorch) -> NonTorch:
+    """Before 0.11 the worker takes its snapshot (V0 worker.py and V1 gpu_worker.py init_device: init_gpu_memory,
+    baseline_snapshot, init_snapshot) before init_worker_distributed_environment, so the communicators it then
+    sets up (pynccl with its warm-up all-reduce, the custom all-reduce buffers) are part of the growth every
+    budget charges, not of the baseline: tp 8 on H100s charges 1.02 + 2.17 GiB, not 2.17."""
+    return replace(nt, before_snapshot_bytes=0, growth_bytes=nt.growth_bytes + nt.before_snapshot_bytes)
+
+
 def cuda_context_bytes(gpu_key: str) -> int:
     """The CUDA context on one card: the fixed part plus local memory for every resident thread; H100's
     figure where the card's SMs are unknown (AMD, --gpu-mem). T4: 0.252 GiB + 40 x 1,024 x 1 KiB = 0.291 GiB."""
