@@ -105,9 +105,20 @@ def test_an_fp8_cache_on_an_l40s_costs_flashinfers_buffers() -> None:
     assert fp8.to_dict()["attention_backend"] == "FLASHINFER"
 
 
+def test_each_attention_group_has_its_own_flashinfer_builder() -> None:
+    # V1 builds one metadata builder per KV-cache group, each with its own workspace and decode wrappers: Gemma 3
+    # 4B groups its 34 layers as 6 sliding groups and 1 full group of 5, so an fp8 cache on an L4 (0.21, 2,048-
+    # token steps, 256 sequences: 35 FULL sizes) costs 7 x (413,138,944 + 35 x 8,388,608) = 4,947,181,568 B.
+    gemma = _model("google/gemma-3-4b-it")
+    r = plan_vllm(gemma, VllmFlags(max_model_len=8192, version="0.21", kv_cache_dtype="fp8"), find_gpu("L4"))
+    assert len(r.stages[0].layout.groups) == 7 and len(r.graphs.full) == 35
+    assert r.flashinfer_graph_bytes == 7 * 706_740_224 == 4_947_181_568
+
+
 def test_draft_tokens_drop_full_graphs_on_native_flashinfer() -> None:
     # resolve_cudagraph_mode_and_sizes: FlashInfer's native decode supports single-token decode only, so MTP
-    # (q = 4) falls back to piecewise graphs (the club-3090 #1087 run estimates 0.13 GiB, no workspace);
+    # (q = 4) falls back to piecewise graphs (club-3090#1087 logs "CUDAGraphMode.FULL_AND_PIECEWISE is not
+    # supported with spec-decode for attention backend FlashInferBackend ...; setting cudagraph_mode=PIECEWISE");
     # FlashAttention (bf16) keeps FULL graphs of 4 and 8 tokens (2 sequences x 4).
     gpu = find_gpu("RTX-5090")
     flags = dict(max_model_len=32768, version="0.27.1", max_num_seqs=2, speculative_method="mtp",

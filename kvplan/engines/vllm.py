@@ -17,7 +17,7 @@ from typing import Any
 from kvplan.capacity.deployment import BoxProfile
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.engines.base import Refusal
-from kvplan.engines.vllm_attention import AttentionPath, attention_path, flashinfer_graph_bytes
+from kvplan.engines.vllm_attention import AttentionPath, attention_path, flashinfer_graph_bytes, kv_attention_groups
 from kvplan.engines.vllm_batch import batch_shape
 from kvplan.engines.vllm_dsa import BLOCK_TOKENS as DSA_BLOCK_TOKENS
 from kvplan.engines.vllm_dsa import (
@@ -793,6 +793,7 @@ def plan_vllm(
         buffers=_built_buffers(model, f),
     )
     stage_layers = pp_stage_layers(model.num_layers, f.pp)
+    layouts = [_stage_layout(model, layers, f, flags.block_size is not None) for layers in stage_layers]
     modes = capture_sizes(rules, f.engine, gpu, max_num_seqs=f.max_num_seqs,
                           max_num_batched_tokens=f.max_num_batched_tokens, enforce_eager=flags.enforce_eager,
                           lora=f.lora is not None, decode_query_len=1 + f.num_speculative_tokens)
@@ -803,7 +804,7 @@ def plan_vllm(
         modes = replace(modes, full=())  # resolve_cudagraph_mode_and_sizes: "setting cudagraph_mode=PIECEWISE"
     flashinfer_bytes = flashinfer_graph_bytes(
         attention, rules, runner=f.runner, full_graphs=len(modes.full), max_num_batched_tokens=f.max_num_batched_tokens,
-        heads_per_rank=model.num_attention_heads // f.tp)
+        heads_per_rank=model.num_attention_heads // f.tp, builders=max(map(kv_attention_groups, layouts)))
     graphs = _graph_bytes(model, f, modes, max(len(s) for s in stage_layers)) + flashinfer_bytes
     used: ProfileUse | None = None
     if profile is not None:
@@ -815,8 +816,7 @@ def plan_vllm(
     requested = math.ceil(product) if rules.requested_ceil else int(product)
     cudagraph_charge = graphs if graphs_charged(f) else 0
     stages: list[StageKv] = []
-    for mem, layers in zip(memories, stage_layers, strict=True):
-        layout = _stage_layout(model, layers, f, flags.block_size is not None)
+    for mem, layout in zip(memories, layouts, strict=True):
         if f.kv_cache_memory_bytes is not None:
             available = f.kv_cache_memory_bytes
         else:

@@ -13,7 +13,8 @@ The estimate (V1 0.20+, Model Runner V2 0.29+) measures free device memory aroun
 each mode. Piecewise warm-ups run no attention; the first FULL decode warm-up runs FlashInfer and allocates:
   native decode (A100-RTX 5090; SM120 to 0.27): the builder's float workspace, 394 MiB (0.26+: at least
     max_num_batched_tokens x query heads a rank x head size x 16 B), and one 8 MiB int workspace per FULL
-    size (a decode wrapper each); Model Runner V2 allocates the float workspace before the window;
+    size (a decode wrapper each), for every KV-cache group's builder; Model Runner V2 allocates the float
+    workspace before the window;
   TensorRT-LLM-gen (SM100) or XQA (SM90 from 0.25, SM120 from 0.28) decode: one 394 MiB global workspace.
 Native decode graphs hold one token a request, so with speculative decoding vLLM drops FULL graphs and
 captures piecewise ones only (AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE).
@@ -21,6 +22,7 @@ captures piecewise ones only (AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE).
 
 from __future__ import annotations
 
+from kvplan.engines.vllm_kv import KvCacheLayout
 from kvplan.engines.vllm_versions import VllmRules
 from kvplan.model.kinds import LayerKind
 from kvplan.model.specs import ModelSpec
@@ -103,21 +105,30 @@ def flashinfer_workspace_bytes(
     return FLASHINFER_WORKSPACE_BYTES
 
 
+def kv_attention_groups(layout: KvCacheLayout) -> int:
+    """The KV-cache groups of K/V attention layers on a rank: V1 builds one attention metadata builder per
+    group and backend (gpu_model_runner.initialize_attn_backend), each with its own FlashInfer workspace and
+    decode wrappers. gpt-oss: a sliding and a full group, 2; a DeltaNet hybrid: its attention group, 1."""
+    return sum(1 for g in layout.groups if g.kind in _KV_KINDS)
+
+
 def flashinfer_graph_bytes(
     path: AttentionPath | None, rules: VllmRules, *, runner: str, full_graphs: int, max_num_batched_tokens: int,
-    heads_per_rank: int,
+    heads_per_rank: int, builders: int = 1,
 ) -> int:
     """What FlashInfer adds to the CUDA-graph estimate through the first FULL warm-up (0 without FULL graphs).
 
-    Qwen3.8-27B at tp 2 on two RTX 5090s, fp8 cache, 0.27.1 (native decode, 35 FULL sizes, 12 heads of 256 a
-    rank, 8,192-token steps): max(413,138,944, 8,192 x 12 x 256 x 16 = 402,653,184) + 35 x 8 MiB
-    = 413,138,944 + 293,601,280 = 706,740,224 B (0.66 GiB)."""
+    Qwen3.8-27B at tp 2 on two RTX 5090s, fp8 cache, 0.27.1 (native decode, one attention group, 35 FULL
+    sizes, 12 heads of 256 a rank, 8,192-token steps): max(413,138,944, 8,192 x 12 x 256 x 16 = 402,653,184)
+    + 35 x 8 MiB = 413,138,944 + 293,601,280 = 706,740,224 B (0.66 GiB). Native decode pays it per builder;
+    the TensorRT-LLM-gen / XQA workspace is one module global."""
     if path is None or path.backend != "FLASHINFER" or not full_graphs:
         return 0
     if not path.flashinfer_native:
         return FLASHINFER_WORKSPACE_BYTES
     wrappers = full_graphs * FLASHINFER_WRAPPER_BYTES
     if runner == "v2":  # init_attn_backend allocates the shared workspace before the measured window
-        return wrappers
-    return wrappers + flashinfer_workspace_bytes(rules, max_num_batched_tokens=max_num_batched_tokens,
-                                                 heads_per_rank=heads_per_rank, head_size=path.head_size)
+        return builders * wrappers
+    return builders * (wrappers + flashinfer_workspace_bytes(
+        rules, max_num_batched_tokens=max_num_batched_tokens, heads_per_rank=heads_per_rank,
+        head_size=path.head_size))
