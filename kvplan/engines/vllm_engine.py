@@ -22,6 +22,7 @@ from kvplan.engines.vllm import (
     mxfp4_backend,
     plan_vllm,
 )
+from kvplan.engines.vllm_attention import kv_attention_groups
 from kvplan.engines.vllm_calibration import calibration_for
 from kvplan.engines.vllm_dsa import dsa_note
 from kvplan.engines.vllm_dsv4 import dsv4_notes, sparse_mla_refusal
@@ -278,7 +279,9 @@ def _attention_notes(r: VllmReport) -> list[str]:
         return []
     out = []
     if r.flashinfer_graph_bytes:
-        wrappers = f"{len(r.graphs.full)} decode wrappers of 8 MiB"
+        groups = max(kv_attention_groups(s.layout) for s in r.stages)
+        wrappers = f"{len(r.graphs.full)} decode wrappers of 8 MiB" + (
+            f" for each of its {groups} attention groups" if groups > 1 else "")
         what = (f"its {fmt_gib(r.flashinfer_graph_bytes)} workspace" if not path.flashinfer_native else
                 f"{wrappers} ({fmt_gib(r.flashinfer_graph_bytes)}; its workspace comes before the capture)"
                 if f.runner == "v2" else f"its workspace and {wrappers} ({fmt_gib(r.flashinfer_graph_bytes)})")

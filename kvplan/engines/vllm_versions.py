@@ -191,6 +191,13 @@ class VllmRules:
     # by page-weighted blocks (0.20-0.26). `dsv4_mtp_buffer`: the MTP hidden-state buffer is built without
     # speculative decoding (0.20-0.26). `dsv4_auto_fp8`: --kv-cache-dtype auto takes fp8 (0.30+; before, the
     # attention layer asserts an fp8 cache).
+    dsv4: bool = False
+    dsv4_pool: str = "tuples"
+    dsv4_check: str = "tuples"
+    dsv4_state_padded: bool = True
+    dsv4_weighted_concurrency: bool = True
+    dsv4_mtp_buffer: bool = True
+    dsv4_auto_fp8: bool = False
     # The attention backend and FlashInfer's buffers in the CUDA-graph estimate (vllm_attention, engine-rules.md
     # 1.26), from the 0.18-0.33 sdists. `flashinfer_workspace`: "" (not modelled: the estimate is off the budget
     # before 0.20), "fixed" (0.20-0.25: 394 MiB), "step" (0.26+: at least the prefill chunk's heads x 16 B).
@@ -203,13 +210,6 @@ class VllmRules:
     flashinfer_min_capability: tuple[int, int] = (7, 5)
     flashinfer_sink_majors: tuple[int, ...] = (10,)
     xqa_majors: tuple[int, ...] = ()
-    dsv4: bool = False
-    dsv4_pool: str = "tuples"
-    dsv4_check: str = "tuples"
-    dsv4_state_padded: bool = True
-    dsv4_weighted_concurrency: bool = True
-    dsv4_mtp_buffer: bool = True
-    dsv4_auto_fp8: bool = False
     # Sparse MLA (DeepSeek-V3.2 and V4) on SM120 (RTX PRO 6000, RTX 5090) through FlashInfer (0.24+).
     sparse_mla_sm120: bool = False
     # DeepSeek-V3.2's sparse attention (vllm_dsa, engine-rules.md 1.25), from the 0.11-0.33 sdists. `dsa`: the
