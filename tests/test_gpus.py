@@ -168,6 +168,7 @@ def test_required_gpus_are_catalogued(name):
         (["t4", "Tesla T4", "Tesla-T4", "nvidia-tesla-t4"], "T4"),
         (["v100", "Tesla V100-SXM2-16GB", "nvidia-tesla-v100"], "V100-16GB"),
         (["h200", "NVIDIA H200", "nvidia-h200-141gb"], "H200"),
+        (["h200 nvl", "NVIDIA H200 NVL", "H200NVL"], "H200-NVL"),
         (["gh200", "NVIDIA GH200 480GB", "nvidia-gpu-gh200"], "GH200-96GB"),
         (["b200", "nvidia-b200", "NVIDIA B200"], "B200"),
         (["mi300x", "AMD Instinct MI300X", "AMD_Instinct_MI300X", "amd-gpu-mi300x"], "MI300X"),
@@ -277,3 +278,14 @@ def test_the_h200_total_is_the_one_measured_on_an_h200():
     # from: 150,109,880,320 B = 143,155.9375 MiB = 139.8011 GiB.
     assert find_gpu("NVIDIA H200").total_memory_bytes == 150_109_880_320
     assert round(150_109_880_320 / GiB, 2) == 139.80
+
+
+def test_nvlink_sharp_only_on_nvswitch_boxes():
+    # NCCL's NVLink SHARP buffers need NVSwitch: the HGX H200 has it, the H200 NVL (PCIe cards with bridges at
+    # most) does not, though its key starts with the same letters. vLLM's non-torch growth at tp 2 follows.
+    from kvplan.engines.vllm_memory import non_torch_class
+
+    assert non_torch_class("H200", 2, 1) == "nvls_tp2"
+    assert non_torch_class("H200-NVL", 2, 1) == "other_tp"
+    assert non_torch_class("H100-NVL", 4, 1) == "other_tp"
+    assert non_torch_class("GH200-96GB", 2, 1) == "nvls_tp2"

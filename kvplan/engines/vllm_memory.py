@@ -152,7 +152,8 @@ class NonTorch:
 CONTEXT_BYTES = round(0.51 * GiB)  # H100 (and H200: 552,402,944 B outside torch after init, cuda_facts.json)
 STACK_BYTES_PER_THREAD = 1024
 CONTEXT_FIXED_BYTES = CONTEXT_BYTES - (resident_threads("H100-80GB") or 0) * STACK_BYTES_PER_THREAD
-NVLS_GPUS = ("H100-80GB", "H200", "H20", "GH200", "B200", "GB200", "B300")
+# Catalog keys whose nodes have NVSwitch; exact keys, as the PCIe forms share a prefix (H200-NVL: bridges only).
+NVLS_GPUS = ("H100-80GB", "H200", "H20", "GH200-96GB", "GH200-144GB", "B200")
 HOPPER = (9, 0)
 NON_TORCH = {
     "single": NonTorch(CONTEXT_BYTES, 0, round(0.25 * GiB)),
@@ -204,7 +205,7 @@ def non_torch_class(gpu_key: str, tp: int, pp: int) -> str:
     """The NON_TORCH row for this GPU and parallelism (tp 8 takes the tp 4 figure: no logs beyond). A card of
     unknown architecture (AMD, --gpu-mem) takes Hopper's larger single-GPU growth."""
     if tp >= 2:
-        if not gpu_key.upper().startswith(NVLS_GPUS):
+        if gpu_key not in NVLS_GPUS:
             return "other_tp"
         return "nvls_tp4" if tp >= 4 else "nvls_tp2"
     if pp > 1:

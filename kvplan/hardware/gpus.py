@@ -96,6 +96,9 @@ _A = "amd"
 # [arxiv-confi]: https://github.com/sungwon-chae/arxiv_confi/blob/3906c481ed03deeb5ce0b4db322c77bdc44416ad/
 #   etu_logging.md (8 x "NVIDIA H200 (139.8 GB)", then torch's OOM message)
 # [kvplan-h200]: benchmarks/results/gpu/cuda_facts.json (this project's own run, 2026-11-30)
+# [pto-cu-h200nvl]: https://github.com/uv-xiao/pto-cu/blob/0b98390d6355ba1e853a2817a35b1f3ac7307ae2/docs/
+#   in_progress/nvidia_backend/vllm_remote_64k_context_health_probe.md ("NVIDIA H200 NVL", nvidia-smi
+#   "141773 MiB free / 143771 MiB total", GPUs connected through SYS, not NVLink)
 # [thamada-dq]: https://github.com/thamada/nvidia-smi/blob/HEAD/nvsim/H100SXMx8_deviceQuery.py (deviceQuery of
 #   8 x "NVIDIA H100 80GB HBM3": "81106 MBytes (85045477376 bytes)", 132 SMs)
 # [a5000-query]: a published device query of an "NVIDIA RTX A5000" ("Total amount of global memory: 24226 MBytes
@@ -161,6 +164,15 @@ _CATALOG: tuple[GpuSpec, ...] = (
         " read 139.81 GiB [arxiv-confi] (nvidia-smi 143,771 MiB [tg-blog])",
         ("H200-141GB", "H200-SXM", "nvidia-h200-141gb"),
         _N, _tb_per_s("4.8"), "secondary [oi#1441]", nvidia_smi_bytes=143_771 * MiB,
+    ),
+    GpuSpec(
+        # The PCIe form: NVLink bridges between 2 or 4 cards, no NVSwitch, so no NVLink SHARP under tp.
+        "H200-NVL", "NVIDIA H200 NVL 141GB HBM3e (PCIe)", ("NVIDIA H200 NVL",),
+        H200_CUDA_TOTAL_BYTES,
+        "cuda: the H200 SXM's mem_get_info [kvplan-h200]; the NVL prints the SXM's nvidia-smi total, 143,771 MiB"
+        " [pto-cu-h200nvl]",
+        ("H200NVL", "H200-NVL-141GB"),
+        _N, None, "unknown: no source read", nvidia_smi_bytes=143_771 * MiB,
     ),
     GpuSpec(
         "GH200-96GB", "NVIDIA GH200 96GB HBM3 (480GB superchip; GPU memory only)", ("NVIDIA GH200 480GB",),
@@ -388,8 +400,8 @@ COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {
                      "A30"), (8, 0)),
     **dict.fromkeys(("A10G", "A10", "A40", "RTX-3090", "RTX-A6000", "RTX-A5000"), (8, 6)),
     **dict.fromkeys(("L4", "L40", "L20", "L40S", "RTX-4090", "RTX-6000-ADA"), (8, 9)),
-    **dict.fromkeys(("H100-80GB", "H100-PCIE", "H100-NVL", "H200", "GH200-96GB", "GH200-144GB", "H20", "H800"),
-                    (9, 0)),
+    **dict.fromkeys(("H100-80GB", "H100-PCIE", "H100-NVL", "H200", "H200-NVL", "GH200-96GB", "GH200-144GB", "H20",
+                     "H800"), (9, 0)),
     "B200": (10, 0),
     **dict.fromkeys(("RTX-5090", "RTX-PRO-6000"), (12, 0)),
 }
@@ -405,7 +417,7 @@ SM_COUNT: dict[str, int] = {
                     108),
     "A30": 56, "A10G": 80, "A10": 72, "A40": 84, "RTX-3090": 82, "RTX-A6000": 84, "RTX-A5000": 64,
     "L4": 58, "L40": 142, "L40S": 142, "L20": 92, "RTX-4090": 128, "RTX-6000-ADA": 142,
-    **dict.fromkeys(("H100-80GB", "H100-NVL", "H200", "GH200-96GB", "GH200-144GB", "H800"), 132),
+    **dict.fromkeys(("H100-80GB", "H100-NVL", "H200", "H200-NVL", "GH200-96GB", "GH200-144GB", "H800"), 132),
     "H100-PCIE": 114, "H20": 78,
     "B200": 148, "RTX-5090": 170, "RTX-PRO-6000": 188,
 }
