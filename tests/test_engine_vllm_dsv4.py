@@ -151,6 +151,36 @@ def test_buffers_vllm_builds_with_the_model() -> None:
     # 16,384 x 4 x 4,096 x 2 B = 536,870,912 on the last, built without a draft until 0.26.
     assert dsv4_buffer_bytes(FLASH, rules_for("0.26.0"), max_num_batched_tokens=16_384) == (33_554_432, 536_870_912)
     assert dsv4_buffer_bytes(FLASH, rules_for("0.27.0"), max_num_batched_tokens=16_384) == (33_554_432, 0)
+    # From 0.27 it is built only for a draft that reads it (nvidia/model.py: use_eagle() or uses_draft_model()).
+    assert dsv4_buffer_bytes(FLASH, rules_for("0.27.0"), max_num_batched_tokens=16_384, draft=True) == (
+        33_554_432, 536_870_912)
+
+
+def test_the_mtp_block() -> None:
+    # vLLM's DeepSeekV4MTP (models/deepseek_v4/nvidia/mtp.py, 0.22-0.33): layer 43, past num_hidden_layers, so
+    # compress ratio 1 (no compressor, no indexer) and a learned router. Parameters: fused_wqa_wkv 1,536 x
+    # 4,096 = 6,291,456; norms (q 1,024, kv 512, attn/ffn 2 x 4,096, enorm/hnorm/shared_head 3 x 4,096) 22,016;
+    # wq_b + wo_a + wo_b 3 x 33,554,432; 64 sinks; hyper-connections 2 x (24 x 16,384 + 27) + hc_head 4 x
+    # 16,384 + 5 = 852,027; router 1,048,576 and its bias 256; shared expert 25,165,824; 256 experts x
+    # 25,165,824 = 6,442,450,944; e_proj + h_proj 2 x 4,096^2 = 33,554,432: 6,610,048,891 in all.
+    mtp = FLASH.mtp
+    assert mtp is not None and sum(g.params for g in mtp.param_groups) == 6_610_048_891
+    assert [(spec.compress_ratio, spec.index_head_dim) for spec in mtp.layers] == [(1, 0)]
+    # Per GPU at tp 2, tensor by tensor from the 0.25 source: 1,819,593,324 B with e8m0 block scales and the sink
+    # padded to 64 heads; kvplan keeps float32 block scales (the 8 fp8 linears' 6,272 blocks a rank x 3 B more:
+    # +18,816 B) and 32 sinks a rank (-128 B): 1,819,612,012 B, as the azallaza log's 75.64 GiB "Model loading
+    # took" holds it (75.58 planned). The window layer joins the second window group
+    # (22 + 22 layers, not 22 + 21): the pool's 1,039,680 B a block and a 1M-token request's 5,786 blocks stay.
+    base = dict(version="0.25.0", tensor_parallel_size=2, max_model_len=1_048_576, kv_cache_dtype="fp8",
+                max_num_seqs=64, max_num_batched_tokens=4096)
+    pro6000 = find_gpu("RTX-PRO-6000")
+    plain = plan_vllm(FLASH, VllmFlags(**base), pro6000)
+    drafted = plan_vllm(FLASH, VllmFlags(**base, speculative_method="mtp", num_speculative_tokens=2), pro6000)
+    assert drafted.stages[0].memory.weights_bytes - plain.stages[0].memory.weights_bytes == 1_819_612_012
+    layout = drafted.stages[0].layout
+    assert [g.layers for g in layout.groups if g.kind == "sliding_window"][:2] == [22, 22]
+    assert layout.pool_block_bytes == plain.stages[0].layout.pool_block_bytes == 1_039_680
+    assert drafted.blocks_per_request == plain.blocks_per_request == 5_786
 
 
 @pytest.mark.parametrize("engine", ["sglang", "trtllm"])

@@ -605,7 +605,8 @@ def _extra_state_pages(model: ModelSpec, f: ResolvedFlags, mode: str) -> int:
 def _built_buffers(model: ModelSpec, f: ResolvedFlags) -> tuple[int, int]:
     """What the model allocates when vLLM builds it, on every rank and on the last rank besides: DeepSeek-V4's
     (vllm_dsv4) or the sparse-attention indexer's (vllm_dsa, sized by the fullest stage's layers)."""
-    every, last = dsv4_buffer_bytes(model, f.rules, max_num_batched_tokens=f.max_num_batched_tokens)
+    every, last = dsv4_buffer_bytes(model, f.rules, max_num_batched_tokens=f.max_num_batched_tokens,
+                                    draft=f.num_speculative_tokens > 0)
     if f.dsa_storage is not None:
         every += dsa_buffer_bytes(model, f.rules, max_num_batched_tokens=f.max_num_batched_tokens,
                                   max_model_len=f.max_model_len, max_num_seqs=f.max_num_seqs,

@@ -149,17 +149,20 @@ def _tuples(pages: list[int]) -> int:
     return max(Counter(pages).values(), default=0)
 
 
-def dsv4_buffer_bytes(model: ModelSpec, rules: VllmRules, *, max_num_batched_tokens: int) -> tuple[int, int]:
+def dsv4_buffer_bytes(
+    model: ModelSpec, rules: VllmRules, *, max_num_batched_tokens: int, draft: bool = False,
+) -> tuple[int, int]:
     """Buffers DeepSeek-V4 allocates when vLLM builds it, which "Model loading took" counts: (on every rank, on
     the last pipeline rank). Every rank: the sparse attention's top-k indices, int32 [tokens, index_topk]
-    (nvidia/model.py topk_indices_buffer; Flash at 16,384 tokens: 33,554,432 B). The last rank, 0.20-0.26 also
-    without speculative decoding: the MTP draft's hidden states, bf16 [tokens, hc_mult x hidden]
-    (_mtp_hidden_buffer; Flash: 16,384 x 16,384 x 2 B = 536,870,912 B)."""
+    (nvidia/model.py topk_indices_buffer; Flash at 16,384 tokens: 33,554,432 B). The last rank, with MTP
+    (`draft`) and 0.20-0.26 also without: the pre-head residual stream the draft reads, bf16 [tokens, hc_mult x
+    hidden] (_mtp_hidden_buffer; Flash: 16,384 x 16,384 x 2 B = 536,870,912 B)."""
     c = model.geometry.compressed_mla
     if c is None:
         return 0, 0
     topk = max_num_batched_tokens * c.index_topk * INT32_BYTES
-    mtp = max_num_batched_tokens * c.hc_mult * model.hidden_size * BF16_BYTES if rules.dsv4_mtp_buffer else 0
+    kept = rules.dsv4_mtp_buffer or draft
+    mtp = max_num_batched_tokens * c.hc_mult * model.hidden_size * BF16_BYTES if kept else 0
     return topk, mtp
 
 

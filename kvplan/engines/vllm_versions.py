@@ -189,8 +189,8 @@ class VllmRules:
     # charges a page: "tuples" to 0.28, "stride" from 0.29. `dsv4_state_padded`: compressor-state pages are
     # raised to the next full-MLA page size (0.20-0.26). `dsv4_weighted_concurrency`: the concurrency divides
     # by page-weighted blocks (0.20-0.26). `dsv4_mtp_buffer`: the MTP hidden-state buffer is built without
-    # speculative decoding (0.20-0.26). `dsv4_auto_fp8`: --kv-cache-dtype auto takes fp8 (0.30+; before, the
-    # attention layer asserts an fp8 cache).
+    # speculative decoding too (0.20-0.26; from 0.27 only for a draft). `dsv4_auto_fp8`: --kv-cache-dtype auto
+    # takes fp8 (0.30+; before, the attention layer asserts an fp8 cache).
     dsv4: bool = False
     dsv4_pool: str = "tuples"
     dsv4_check: str = "tuples"

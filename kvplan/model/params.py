@@ -161,7 +161,9 @@ def count_mtp_params(
 
     DeepSeek-V3 (vllm models/deepseek_mtp.py): per num_nextn_predict_layers, a decoder layer at index
     num_hidden_layers (MLA + MoE, quantized as the model is), enorm and hnorm, eh_proj (2H -> H, a plain
-    unquantized nn.Linear on every rank) and shared_head's norm: 11,610,067,968 parameters. Qwen3.5
+    unquantized nn.Linear on every rank) and shared_head's norm: 11,610,067,968 parameters. DeepSeek-V4
+    (models/deepseek_v4/nvidia/mtp.py): a ratio-1 V4 layer with a learned router, enorm, hnorm, e_proj and
+    h_proj (fp8, replicated), an hc_head mixer and shared_head's norm: 6,610,048,891 for Flash. Qwen3.5
     (qwen3_5_mtp.py): per mtp_num_hidden_layers, a full-attention decoder layer (gated q, q/k norms, the
     model's MLP or MoE), fc (2H -> H), and norm, pre_fc_norm_hidden, pre_fc_norm_embedding.
     """
@@ -182,6 +184,21 @@ def count_mtp_params(
         c.add("norms", n * (2 * head_dim + 2 * hidden) + 3 * hidden, tp="replicated")
         c.linear("fc", "{p}.fc", 2 * hidden, hidden)
         _mtp_mlp(c, g, cfg, "{p}.layers.{i}.mlp", blocks, shared=".shared_expert")
+    elif model_type == "deepseek_v4" and g.compressed_mla is not None and g.moe is not None:
+        n = cfg.opt_int("num_nextn_predict_layers", minimum=0) or 0
+        if not n:
+            return 0, ()
+        c.prefix = "model"  # the block is the checkpoint's layer num_hidden_layers
+        blocks = [g.num_layers + k for k in range(n)]
+        # vLLM gives a layer past num_hidden_layers compress ratio 1 (attention.py: the list's extra entry is
+        # never read) and a learned router (its index is past num_hash_layers).
+        _dsv4_layers(c, g, blocks, (1,) * n, hashed=0)
+        # enorm, hnorm and shared_head.norm; e_proj and h_proj (fp8, replicated); the block's hc_head mixer
+        c.add("norms", n * 3 * hidden, tp="replicated")
+        c.linear("eh_proj", "{p}.layers.{i}.e_proj", hidden, hidden, layers=blocks, tp="replicated")
+        c.linear("eh_proj", "{p}.layers.{i}.h_proj", hidden, hidden, layers=blocks, tp="replicated")
+        for _ in blocks:
+            _dsv4_head_mixer(c, g.compressed_mla.hc_mult, hidden)
     elif model_type in ("deepseek_v3", "kimi_k2") and g.mla is not None:
         n = cfg.opt_int("num_nextn_predict_layers", minimum=0) or 0
         if not n:
@@ -626,19 +643,29 @@ _DSV4_EXPERTS = QuantSpec("mxfp4", 4, group_size=32, scale_bytes=1, note="DeepSe
 
 
 def _deepseek_v4(c: _Counter, g: Geometry, cfg: ConfigReader) -> None:
-    """DeepSeek-V4 as vLLM builds it (models/deepseek_v4, read in the 0.20-0.33 sdists). Per layer: a fused
-    q/kv down-projection (replicated, fp8), q up-projection and a grouped output projection (wo_a over
-    o_groups, wo_b), split over TP; a compressor for ratio > 1 (an overlapping pair for ratio 4) and an
-    indexer for ratio 4, replicated and kept in bf16 but the indexer's fp8 q projection; hyper-connection
-    mixers in float32; a router (a hash table instead of its bias on the first num_hash_layers layers), one
-    shared expert in fp8 and MXFP4 routed experts. DeepSeek-V4-Flash: 284,332,230,231 parameters without its
-    MTP block, as Transformers 5.24 builds it; the hash table and the router bias are buffers beside them."""
+    """DeepSeek-V4 as vLLM builds it (models/deepseek_v4, read in the 0.20-0.33 sdists): its decoder layers
+    (_dsv4_layers), the head's hyper-connection mixer, the final norm and the embeddings. DeepSeek-V4-Flash:
+    284,332,230,231 parameters without its MTP block, as Transformers 5.24 builds it; the hash table and the
+    router bias are buffers beside them."""
     d = g.compressed_mla
-    moe = g.moe
-    if d is None or moe is None:
+    if d is None or g.moe is None:
         raise cfg.error("compress_ratios", "DeepSeek-V4 needs compress_ratios and n_routed_experts")
+    _dsv4_layers(c, g, list(range(g.num_layers)), d.compress_ratios, hashed=min(d.num_hash_layers, g.num_layers))
+    _dsv4_head_mixer(c, d.hc_mult, g.hidden_size)
+    c.add("norms", g.hidden_size, tp="replicated")
+    _embeddings(c, g)
+
+
+def _dsv4_layers(c: _Counter, g: Geometry, layers: list[int], ratios: tuple[int, ...], *, hashed: int) -> None:
+    """DeepSeek-V4 decoder layers, `ratios` giving each one's compress ratio. Per layer: a fused q/kv
+    down-projection (replicated, fp8), q up-projection and a grouped output projection (wo_a over o_groups,
+    wo_b), split over TP; a compressor for ratio > 1 (an overlapping pair for ratio 4) and an indexer for ratio
+    4, replicated and kept in bf16 but the indexer's fp8 q projection; hyper-connection mixers in float32; a
+    router (a hash table instead of its bias on the first `hashed` layers), one shared expert in fp8 and MXFP4
+    routed experts."""
+    d, moe = g.compressed_mla, g.moe
+    assert d is not None and moe is not None  # _deepseek_v4 and count_mtp_params check both
     hidden, heads, vocab = g.hidden_size, g.num_attention_heads, g.vocab_size
-    layers = list(range(g.num_layers))
     p = "{p}.layers.{i}"
     c.linear("latent_projection", p + ".attn.fused_wqa_wkv", hidden, d.q_lora_rank + d.head_dim, layers=layers,
              tp="replicated")
@@ -648,7 +675,7 @@ def _deepseek_v4(c: _Counter, g: Geometry, cfg: ConfigReader) -> None:
              layers=layers)
     c.linear("attention", p + ".attn.wo_b", d.o_groups * d.o_lora_rank, hidden, layers=layers)
     c.add("attention_fp32", len(layers) * heads, elem_bytes=FP32_BYTES)  # attn_sink, one per head
-    for i, ratio in enumerate(d.compress_ratios):
+    for i, ratio in zip(layers, ratios, strict=True):
         if ratio > 1:
             _dsv4_compressor(c, hidden, ratio, d.head_dim)
         if ratio == 4:
@@ -656,14 +683,13 @@ def _deepseek_v4(c: _Counter, g: Geometry, cfg: ConfigReader) -> None:
                      layers=[i], tp="replicated")
             c.add("compressors", d.index_n_heads * hidden, tp="replicated")  # weights_proj, bf16
             _dsv4_compressor(c, hidden, ratio, d.index_head_dim)
-    # Hyper-connections: per mixer (attention, FFN) fn [(2 + m) m, m H], base [(2 + m) m], scale [3]; and
-    # the head's fn [m, m H], base [m], scale [1]. Flash (m = 4, H = 4,096): 2 x 24 x 16,384 floats a layer.
+    # Hyper-connections: per mixer (attention, FFN) fn [(2 + m) m, m H], base [(2 + m) m], scale [3]. Flash
+    # (m = 4, H = 4,096): 2 x 24 x 16,384 floats a layer.
     m = d.hc_mult
     mix = (2 + m) * m
-    c.add("hyper_connections", len(layers) * 2 * (mix * m * hidden + mix + 3) + m * m * hidden + m + 1,
-          tp="replicated", elem_bytes=FP32_BYTES)
+    c.add("hyper_connections", len(layers) * 2 * (mix * m * hidden + mix + 3), tp="replicated",
+          elem_bytes=FP32_BYTES)
     c.add("router", len(layers) * moe.num_experts * hidden, tp="replicated")
-    hashed = min(d.num_hash_layers, len(layers))
     c.add("router_fp32", (len(layers) - hashed) * moe.num_experts, tp="replicated", elem_bytes=FP32_BYTES,
           buffer=True)  # e_score_correction_bias
     if hashed:
@@ -677,8 +703,12 @@ def _deepseek_v4(c: _Counter, g: Geometry, cfg: ConfigReader) -> None:
     c.linear("experts", p + ".ffn.experts.w13", hidden, 2 * width, layers=layers, per_layer=moe.num_experts)
     c.linear("experts", p + ".ffn.experts.w2", width, hidden, layers=layers, per_layer=moe.num_experts)
     c.formats = formats
-    c.add("norms", hidden, tp="replicated")
-    _embeddings(c, g)
+
+
+def _dsv4_head_mixer(c: _Counter, m: int, hidden: int) -> None:
+    """The hyper-connection mixer that folds the m residual streams into one before a head: fn [m, m H], base
+    [m], scale [1], in float32 (the model's hc_head; an MTP block's hc_head_fn / base / scale)."""
+    c.add("hyper_connections", m * m * hidden + m + 1, tp="replicated", elem_bytes=FP32_BYTES)
 
 
 def _dsv4_compressor(c: _Counter, hidden: int, ratio: int, width: int) -> None:

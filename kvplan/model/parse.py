@@ -227,11 +227,16 @@ def parse_config(
 def _mtp(g: Geometry, cfg: ConfigReader, layers: tuple[LayerSpec, ...], text_type: str, model_type: str,
          quant: QuantSpec | None) -> MtpSpec | None:
     """The MTP block, where the config has one kvplan sizes: each block caches as the model's attention layers
-    do (a full-attention layer's spec for Qwen3.5, the MLA spec for DeepSeek-V3)."""
+    do (a full-attention layer's spec for Qwen3.5, the MLA spec for DeepSeek-V3), or, for DeepSeek-V4, as a
+    ratio-1 layer: its window of latents alone (vLLM gives a layer past num_hidden_layers ratio 1)."""
     blocks, groups = params_mod.count_mtp_params(
         g, cfg, text_type=text_type, model_type=model_type, excluded=quant_mod.exclusion_predicate(quant),
         formats=quant_mod.module_formats(quant) if quant is not None and quant.per_module else None,
     )
+    if blocks and g.compressed_mla is not None:
+        d = g.compressed_mla
+        window = CompressedMLASpec(head_dim=d.head_dim, rope_dim=d.rope_dim, window=d.window, compress_ratio=1)
+        return MtpSpec(layers=(window,) * blocks, param_groups=groups)
     attention = [spec for spec in layers if spec.kind in (LayerKind.FULL_ATTENTION, LayerKind.MLA)]
     if not blocks or not attention:
         return None
