@@ -1,8 +1,8 @@
 """vLLM's --speculative-config, read into the two fields kvplan plans: the method and the draft tokens.
 
 kvplan models the "mtp" method, the multi-token-prediction block a checkpoint ships beside its model
-(DeepSeek-V3, Qwen3.5): docs/engine-rules.md 1.17. The older spellings "deepseek_mtp", "qwen3_next_mtp" and the
-like name the same method.
+(DeepSeek-V3, DeepSeek-V4, Qwen3.5): docs/engine-rules.md 1.17. The older spellings "deepseek_mtp",
+"qwen3_next_mtp" and the like name the same method.
 """
 
 from __future__ import annotations
