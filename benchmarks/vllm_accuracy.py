@@ -342,6 +342,10 @@ def _case(row: dict, split: str, logs: Path, aliases: dict) -> Case:
     if gpu is None:
         return replace(case, model=model, skip="GPU not named and no total logged")
     flags, seen = _vllm_flags(row, release, model)
+    if (row.get("num_gpus") or 1) > 1 and flags.tensor_parallel_size * flags.pipeline_parallel_size == 1:
+        # Several GPUs and no tp / pp in the record (an excerpt that cuts the args): planning it on one GPU
+        # would test a deployment nobody ran.
+        return replace(case, model=model, gpu=gpu, skip=f"the parallel layout over {row['num_gpus']} GPUs not stated")
     case = replace(case, in_use_bytes=_in_use(row, gpu))
     quantized_variant = relation == "quantized variant" or _other_quantization(seen["quantization"], model)
     unknown = ("checkpoint quantization not in the config" if quantized_variant else
