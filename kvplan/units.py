@@ -47,6 +47,7 @@ def cdiv(a: int, b: int) -> int:
 
 # Element sizes of tensors a model or engine keeps in a dtype of their own, whatever the model is served in.
 FP32_BYTES = INT32_BYTES = 4
+INT64_BYTES = 8
 BF16_BYTES = 2
 
 

@@ -423,6 +423,24 @@ def test_mtp_draft_on_a_deltanet_hybrid():
         2144, 11, 74, 66)
 
 
+def test_mtp_proposer_buffers_count_from_0_27():
+    # V1's proposer (llm_base_proposer.py) keeps the target's hidden states and the draft's input embeddings,
+    # bf16 [T, hidden] each, int32 token ids, int64 positions and slot mapping, an int32 arange of max(seqs + 1,
+    # T) and int32 backup tokens. Qwen3.6-35B-A3B (hidden 2,048) at T = 8,192, 1 sequence: 8,192 x (2 x 2,048 x
+    # 2 + 4 + 16) + 4 x (8,192 + 1) = 67,108,864 + 163,840 + 32,772 = 67,305,476 B. The runner builds it after the
+    # worker's snapshot: 0.26's budget, measured from there, misses it; 0.27's, the drop in free memory, has it.
+    model = _model("nvidia/Qwen3.6-35B-A3B-NVFP4")
+    flags = dict(max_model_len=131072, kv_cache_dtype="fp8", max_num_seqs=1, max_num_batched_tokens=8192,
+                 speculative_method="mtp", num_speculative_tokens=3)
+    gpu = find_gpu("RTX-5090")
+    assert plan_vllm(model, VllmFlags(version="0.26.0", **flags), gpu).stages[0].memory.proposer_bytes == 0
+    new = plan_vllm(model, VllmFlags(version="0.27.1", **flags), gpu)
+    assert new.flags.runner == "v1" and new.stages[0].memory.proposer_bytes == 67_305_476
+    assert plan_vllm(model, VllmFlags(version="0.27.1", **(flags | {"speculative_method": None,
+                                                                      "num_speculative_tokens": 0})),
+                     gpu).stages[0].memory.proposer_bytes == 0
+
+
 def test_mtp_draft_on_deepseek_v3_adds_an_mla_layer():
     # DeepSeek-V3, tp 8, vLLM 0.19: the MTP layer caches an MLA latent like the model's 61 layers, so a block
     # id spans 62 pages of 16 x (512 + 64) x 2 B = 18,432 B: 1,142,784 B (1,124,352 without).

@@ -172,6 +172,10 @@ CHANGES = [
     ("0.29.0", "0.30.0", "flashinfer_sink_majors", (10, 12), (9, 10, 12)),
     ("0.24.0", "0.25.0", "xqa_majors", (), (9,)),
     ("0.27.1", "0.28.0", "xqa_majors", (9,), (9, 12)),
+    # config/vllm.py DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES gains DeepseekV4ForCausalLM at 0.28.0 (kept off on
+    # ROCm by default_v2_model_runner_architectures; kvplan plans V4 on CUDA only).
+    ("0.27.1", "0.28.0", "v2_architectures", ("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "Qwen2MoeForCausalLM"),
+     ("DeepseekV2ForCausalLM", "DeepseekV4ForCausalLM", "GraniteMoeForCausalLM", "Qwen2MoeForCausalLM")),
     # V1's start-up lines, per sdist: v1/executor (0.6.4) then v1/core/kv_cache_utils.py print "# GPU blocks: %d",
     # with "Maximum concurrency ..." after it from 0.7.1; gpu_model_runner.load_model's weights line; gpu_worker.py
     # logs memory_profiling's result and "Available KV cache memory" from 0.9.1; format_gib from 0.14.0; Model

@@ -104,3 +104,18 @@ def test_nothing_in_kvplan_dispatches_on_a_spec_class_with_isinstance() -> None:
     hits = [f"{path.relative_to(REPO)}:{line}" for path in SOURCES
             for line in _isinstance_on_specs(path.read_text(), spec_names)]
     assert hits == [], "dispatch on spec.kind through a kind table instead"
+
+
+def test_every_memory_term_an_engine_names_has_a_printed_name() -> None:
+    # The table prints a term by its _TERM_NAMES entry; a term without one would print as its key
+    # ("draft_buffers"). Every MemoryTerm("<name>", ...) written in kvplan/ must have an entry.
+    from kvplan.cli.render import _TERM_NAMES
+
+    named = set()
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "MemoryTerm" and node.args
+                    and isinstance(node.args[0], ast.Constant)):
+                named.add(node.args[0].value)
+    assert {"weights", "draft_buffers"} <= named
+    assert named <= set(_TERM_NAMES), sorted(named - set(_TERM_NAMES))

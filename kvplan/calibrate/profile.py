@@ -74,16 +74,18 @@ def _vllm_profile(log: StartupLog, d: Deployment, v: Verdict) -> tuple[dict[str,
     elif sampler and non_torch is not None:
         values["sampler_state_bytes"] = sampler = 0
         why["sampler_state_bytes"] = "none: the log prints its non-torch memory apart, a budget without it"
+    # An MTP proposer's buffers sit inside the consumed figure too; kvplan models them (proposer_buffer_bytes).
+    proposer = (_term(v, "draft_buffers") or 0) if consumed is not None and non_torch is None else 0
+    modelled = "".join(label for label, n in ((" - the sampler state", sampler), (" - the MTP proposer's buffers",
+                                                                                   proposer)) if n)
     if non_torch is None and consumed is not None and weights is not None:
-        non_torch = values["non_torch_bytes"] = consumed.as_int - weights - sampler
-        why["non_torch_bytes"] = f"derived: line {consumed.line}, consumed memory - weights" + (
-            " - the sampler state" if sampler else "")
+        non_torch = values["non_torch_bytes"] = consumed.as_int - weights - sampler - proposer
+        why["non_torch_bytes"] = f"derived: line {consumed.line}, consumed memory - weights" + modelled
     elif non_torch is None and consumed is not None and _term(v, "weights") is not None:
         # No "Model loading took" line: the consumed memory still fixes weights + non-torch, so the non-torch
         # term takes what kvplan's weights leave of it (club-3090#1087: 15.03 GiB consumed, 14.49 modelled).
-        non_torch = values["non_torch_bytes"] = consumed.as_int - (_term(v, "weights") or 0) - sampler
-        why["non_torch_bytes"] = f"derived: line {consumed.line}, consumed memory - kvplan's weights" + (
-            " - the sampler state" if sampler else "")
+        non_torch = values["non_torch_bytes"] = consumed.as_int - (_term(v, "weights") or 0) - sampler - proposer
+        why["non_torch_bytes"] = f"derived: line {consumed.line}, consumed memory - kvplan's weights" + modelled
     graphs = measured("cuda_graph_bytes", "cuda_graph_estimate") or measured("cuda_graph_bytes", "cuda_graph_actual")
     activation = measured("activation_peak_bytes", "activation_peak")
     if activation is not None and consumed is not None and graphs and _term(v, "cuda_graphs") is not None:

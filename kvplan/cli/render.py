@@ -41,6 +41,7 @@ _TERM_NAMES = {
     "non_torch": "non-torch",
     "cuda_graphs": "CUDA graphs",
     "sampler_state": "sampler state",
+    "draft_buffers": "draft buffers",
     "reserved": "reserved",
     "overhead": "overhead",
     "context": "CUDA context",

@@ -57,6 +57,7 @@ from kvplan.engines.vllm_memory import (
 from kvplan.engines.vllm_mla import dense_mla_layer, dense_mla_reason, mla_block_size, mla_kept_bytes
 from kvplan.engines.vllm_mxfp4 import Mxfp4Backend, release_backend
 from kvplan.engines.vllm_profile import ProfileUse, apply_profile
+from kvplan.engines.vllm_speculative import proposer_buffer_bytes
 from kvplan.engines.vllm_versions import VllmRules, engine_for, parse_release, rules_for
 from kvplan.errors import FieldError, InputError
 from kvplan.hardware.gpus import COMPUTE_CAPABILITY, GpuSpec
@@ -351,6 +352,7 @@ class VllmReport:
                     "compile_clone_bytes": s.memory.compile_clone_bytes,
                     "intermediate_bytes": s.memory.intermediate_bytes,
                     "sampler_state_bytes": s.memory.sampler_state_bytes,
+                    "proposer_bytes": s.memory.proposer_bytes,
                     "non_torch_bytes": s.memory.non_torch_bytes,
                     "available_kv_cache_bytes": s.available_kv_bytes,
                     "kv_cache_groups": [
@@ -789,6 +791,13 @@ def plan_vllm(
         sampler_state_bytes=v2_sampler_state_bytes(model, max_num_seqs=f.max_num_seqs,
                                                    draft_tokens=f.num_speculative_tokens)
         if f.runner == "v2" and f.rules.v1_budget == "consumed" else 0,
+        # The runner builds the proposer after the worker's snapshot and before profiling: a budget measured from
+        # that snapshot (0.9.1-0.26) misses its buffers, one that counts all memory in use (0.27+, and V1 to
+        # 0.9.0 through torch's absolute peak) has them.
+        proposer_bytes=proposer_buffer_bytes(model, runner=f.runner, elem_bytes=dtype_bytes,
+                                             max_num_batched_tokens=f.max_num_batched_tokens,
+                                             max_num_seqs=f.max_num_seqs)
+        if f.num_speculative_tokens and f.rules.budget(f.engine) in ("consumed", "absolute") else 0,
         mla_layer_bytes=0 if f.mla_dense is not None else mla_kept_bytes(model, rules, dtype=f.dtype, tp=f.tp,
                                                                          quantization=f.quantization),
         buffers=_built_buffers(model, f),

@@ -31,8 +31,10 @@ from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.engines.vllm_memory import StageMemory, WeightSplit
 from kvplan.engines.vllm_mla import dense_mla_layer
 from kvplan.engines.vllm_mxfp4 import release_backend
+from kvplan.engines.vllm_speculative import proposer_buffer_bytes
 from kvplan.engines.vllm_versions import VllmRules, engine_for, rules_for
 from kvplan.errors import FieldError
+from kvplan.model.dtypes import weight_dtype_bytes
 from kvplan.model.specs import LayerKind, ModelSpec
 from kvplan.records import dataclass
 from kvplan.units import GiB, cdiv, fmt_gib
@@ -316,10 +318,14 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
             out.append(f"vLLM {f.version} forces {f.block_size}-token blocks for DeepSeek-V3.2's indexer: the "
                        f"given block size {given} is not used")
     if f.num_speculative_tokens:
+        held = proposer_buffer_bytes(d.model, runner=f.runner, elem_bytes=weight_dtype_bytes(f.dtype),
+                                     max_num_batched_tokens=f.max_num_batched_tokens, max_num_seqs=f.max_num_seqs)
+        outside = "" if r.stages[-1].memory.proposer_bytes else (
+            f"; the proposer's {fmt_gib(held)} of buffers are outside vLLM {f.version}'s budget")
         out.append(f"MTP with {f.num_speculative_tokens} draft tokens: the draft's weights and its attention "
                    "layers' cache are counted (and, in a DeltaNet hybrid, its longer conv state and "
                    f"{f.num_speculative_tokens} more state pages a request); its profiling forward and its CUDA "
-                   "graphs are not")
+                   "graphs are not" + outside)
     if layout.mamba_cache_mode == "align":
         out.append("prefix caching puts the state layers in mamba_cache_mode 'align': a request holds 2 state "
                    "pages per layer group, not 1")
@@ -449,6 +455,9 @@ def _terms(d: Deployment, r: VllmReport, m: StageMemory) -> list[MemoryTerm]:
     if m.sampler_state_bytes:
         terms.append(MemoryTerm("sampler_state", m.sampler_state_bytes,
                                 f"Model Runner V2's penalty counts and token masks ({f.max_num_seqs:,} requests)"))
+    if m.proposer_bytes:
+        terms.append(MemoryTerm("draft_buffers", m.proposer_bytes,
+                                f"the MTP proposer's hidden states and inputs ({f.max_num_batched_tokens:,} tokens)"))
     if graphs_charged(f) and r.cudagraph_bytes:
         sizes = f"{len(r.graphs.piecewise)} piecewise + {len(r.graphs.full)} full graphs" + (
             f" x {r.graphs.lora_cases} LoRA cases" if r.graphs.lora_cases > 1 else "")

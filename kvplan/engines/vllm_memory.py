@@ -261,12 +261,15 @@ class StageMemory:
     run_peak_bytes: int = 0  # the profiling run's own peak (forward, sampler, encoder), without those copies
     intermediate_bytes: int = 0  # a later pipeline stage's receive buffers (intermediate_bytes), part of the peak
     sampler_state_bytes: int = 0  # Model Runner V2's sampler state on the last stage (v2_sampler_state_bytes)
+    # an MTP proposer's input buffers on the last stage, where the budget counts them (proposer_buffer_bytes)
+    proposer_bytes: int = 0
     mla_kept_bytes: int = 0  # what the MLA layers keep beside their checkpoint weights, part of weights_bytes
     buffer_bytes: int = 0  # buffers the model allocates when built (vllm_dsv4, vllm_dsa), part of weights_bytes
 
     @property
     def non_kv_bytes(self) -> int:
-        return self.weights_bytes + self.activation_peak_bytes + self.non_torch_bytes + self.sampler_state_bytes
+        return (self.weights_bytes + self.activation_peak_bytes + self.non_torch_bytes + self.sampler_state_bytes
+                + self.proposer_bytes)
 
 
 def num_experts(model: ModelSpec) -> int:
@@ -544,6 +547,7 @@ def stage_memory(
     cold_compile: bool = False,
     intermediate_charged: bool = True,
     sampler_state_bytes: int = 0,
+    proposer_bytes: int = 0,
     mla_layer_bytes: int = 0,
     moe_scratch: str = "workspace",
     moe_chunk_tokens: int | None = None,
@@ -558,7 +562,8 @@ def stage_memory(
     activation_peak_bytes. `cold_compile`: torch.compile runs without a compile cache inside the profiled
     window (compile_clone_bytes, first stage only: the embedding lives there). `intermediate_charged`: the later
     stages' receive buffers count in the budget (intermediate_bytes). `sampler_state_bytes`: persistent sampler
-    state the budget counts on the last stage (v2_sampler_state_bytes; 0 where none is counted).
+    state the budget counts on the last stage (v2_sampler_state_bytes; 0 where none is counted). `proposer_bytes`:
+    an MTP proposer's buffers the budget counts on the last stage (vllm_speculative.proposer_buffer_bytes).
     `mla_layer_bytes`: what each MLA layer, the draft's too, keeps beside its weights (vllm_mla.mla_kept_bytes).
     `moe_scratch`, `moe_chunk_tokens`: the release's fused-MoE buffers (moe_workspace_bytes).
     `buffers`: what the model allocates when it is built on every stage, and on the last stage besides
@@ -615,6 +620,7 @@ def stage_memory(
                 run_peak_bytes=run_peak,
                 intermediate_bytes=received,
                 sampler_state_bytes=sampler_state_bytes if last else 0,
+                proposer_bytes=proposer_bytes if last else 0,
                 mla_kept_bytes=mla_kept,
                 buffer_bytes=built,
             )

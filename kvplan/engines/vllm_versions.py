@@ -389,10 +389,11 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line; "
            "no bitsandbytes; 16,384 tokens and 1,024 sequences on GPUs of 160 GiB and more; V2's weights line "
            "says memory; prefix caching on a hybrid aligns its Mamba state by default; FlashInfer decodes through "
-           "XQA on SM12x too, and runs sinks there",
+           "XQA on SM12x too, and runs sinks there; Model Runner V2 by default for DeepSeek-V4 on CUDA",
            blackwell_1024=True, combined_kv_line=True, bitsandbytes=False, v1_batch_rule="memory_tiers",
            v2_load_memory_word=True, mamba_mode_default="align", flashinfer_sink_majors=(10, 12),
-           xqa_majors=(9, 12))
+           xqa_majors=(9, 12), v2_architectures=("DeepseekV2ForCausalLM", "DeepseekV4ForCausalLM",
+                                                  "GraniteMoeForCausalLM", "Qwen2MoeForCausalLM"))
     change((0, 29, 0), "Model Runner V2 for every model; it estimates CUDA graphs; batch-sharded sampling; "
            "DeepSeek-V4's one-request check at the pool's stride; the check holds the null block back",
            v2_runner="all", v2_cudagraphs_profiled=True, v2_sharded_sampling=True, dsv4_check="stride",
