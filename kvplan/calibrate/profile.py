@@ -76,8 +76,7 @@ def _vllm_profile(log: StartupLog, d: Deployment, v: Verdict) -> tuple[dict[str,
         why["sampler_state_bytes"] = "none: the log prints its non-torch memory apart, a budget without it"
     # An MTP proposer's buffers sit inside the consumed figure too; kvplan models them (proposer_buffer_bytes).
     proposer = (_term(v, "draft_buffers") or 0) if consumed is not None and non_torch is None else 0
-    modelled = "".join(label for label, n in ((" - the sampler state", sampler), (" - the MTP proposer's buffers",
-                                                                                   proposer)) if n)
+    modelled = (" - the sampler state" if sampler else "") + (" - the MTP proposer's buffers" if proposer else "")
     if non_torch is None and consumed is not None and weights is not None:
         non_torch = values["non_torch_bytes"] = consumed.as_int - weights - sampler - proposer
         why["non_torch_bytes"] = f"derived: line {consumed.line}, consumed memory - weights" + modelled

@@ -318,10 +318,11 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
             out.append(f"vLLM {f.version} forces {f.block_size}-token blocks for DeepSeek-V3.2's indexer: the "
                        f"given block size {given} is not used")
     if f.num_speculative_tokens:
-        held = proposer_buffer_bytes(d.model, runner=f.runner, elem_bytes=weight_dtype_bytes(f.dtype),
-                                     max_num_batched_tokens=f.max_num_batched_tokens, max_num_seqs=f.max_num_seqs)
-        outside = "" if r.stages[-1].memory.proposer_bytes else (
-            f"; the proposer's {fmt_gib(held)} of buffers are outside vLLM {f.version}'s budget")
+        outside = ""
+        if not r.stages[-1].memory.proposer_bytes:  # built after the snapshot this release measures from
+            held = proposer_buffer_bytes(d.model, runner=f.runner, elem_bytes=weight_dtype_bytes(f.dtype),
+                                         max_num_batched_tokens=f.max_num_batched_tokens, max_num_seqs=f.max_num_seqs)
+            outside = f"; the proposer's {fmt_gib(held)} of buffers are outside vLLM {f.version}'s budget"
         out.append(f"MTP with {f.num_speculative_tokens} draft tokens: the draft's weights and its attention "
                    "layers' cache are counted (and, in a DeltaNet hybrid, its longer conv state and "
                    f"{f.num_speculative_tokens} more state pages a request); its profiling forward and its CUDA "

@@ -1,4 +1,5 @@
-"""vLLM's --speculative-config, read into the two fields kvplan plans: the method and the draft tokens.
+"""vLLM's --speculative-config, read into the two fields kvplan plans (the method and the draft tokens), and the
+buffers the MTP proposer allocates.
 
 kvplan models the "mtp" method, the multi-token-prediction block a checkpoint ships beside its model
 (DeepSeek-V3, DeepSeek-V4, Qwen3.5): docs/engine-rules.md 1.17. The older spellings "deepseek_mtp",
