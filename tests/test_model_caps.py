@@ -3,8 +3,10 @@ accepted config parses and plans in a bounded amount of work (counted in Python 
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,8 @@ from kvplan.model.config_reader import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS
 from kvplan.model.dtypes import BFLOAT16
 from kvplan.model.parse import parse_config
 from tests.factories import hybrid_moe_config, llama_config
+
+LIBRARY = Path(__file__).resolve().parents[1] / "model_configs"
 
 
 def calls_made(work: Callable[[], object]) -> int:
@@ -55,6 +59,19 @@ def _parse_and_plan(raw: dict) -> None:
 def test_values_beyond_the_caps_name_the_key(overrides: dict, key: str) -> None:
     with pytest.raises(ConfigError, match=rf"'{key}' in test: is implausibly large"):
         parse_config(llama_config(**overrides), name="hostile", source="test")
+
+
+@pytest.mark.parametrize("stem, section, key", [
+    ("deepseek-ai__DeepSeek-V3", None, "num_nextn_predict_layers"),
+    ("nvidia__Qwen3.6-27B-NVFP4", "text_config", "mtp_num_hidden_layers"),
+])
+def test_an_mtp_block_count_beyond_the_layer_cap_names_the_key(stem: str, section: str | None, key: str) -> None:
+    # The MTP block's parameters are counted block by block, so its count is a layer count like any other (a
+    # fuzzed 10**12 ran out of memory building the list of blocks); one past the cap is refused.
+    raw = json.loads((LIBRARY / f"{stem}.json").read_text())
+    (raw[section] if section else raw)[key] = MAX_LAYERS + 1
+    with pytest.raises(ConfigError, match=rf"'{'.'.join(filter(None, (section, key)))}' in test: is implausibly"):
+        parse_config(raw, name="hostile", source="test")
 
 
 def test_a_1kb_config_declaring_100000_layers_is_refused_before_any_per_layer_work() -> None:

@@ -24,7 +24,8 @@ MAX_SIZE = 1 << 48
 
 _CAPS: dict[str, int] = {
     **dict.fromkeys(
-        "num_hidden_layers n_layer num_layers n_layers depth num_kv_shared_layers altup_num_inputs".split(),
+        "num_hidden_layers n_layer num_layers n_layers depth num_kv_shared_layers altup_num_inputs "
+        "num_nextn_predict_layers mtp_num_hidden_layers".split(),
         MAX_LAYERS,
     ),
     **dict.fromkeys(
