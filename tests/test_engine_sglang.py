@@ -6,13 +6,12 @@ from __future__ import annotations
 import pytest
 
 from kvplan.capacity.deployment import BoxProfile, Deployment, Parallelism, Workload
-from kvplan.engines.allocator import segment_bytes
+from kvplan.engines.allocator import loaded_tensor_bytes, segment_bytes
 from kvplan.engines.sglang import (
     MAMBA_FULL_MEMORY_RATIO,
     SglangEngine,
     SglangOptions,
     gpu_defaults,
-    loaded_tensor_bytes,
     max_running_requests,
     plan_sglang,
 )

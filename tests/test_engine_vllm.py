@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from kvplan.engines.allocator import allocated_bytes
 from kvplan.engines.vllm import VllmFlags, plan_vllm
 from kvplan.engines.vllm_kv import VllmLayerSpec, kv_cache_layout
 from kvplan.engines.vllm_memory import moe_workspace_bytes, padded_vocab, rotary_cache_bytes
@@ -421,6 +422,28 @@ def test_mtp_draft_on_a_deltanet_hybrid():
     assert {g.state_bytes for g in layout.groups if g.kind == "mamba"} == {2_195_456}
     assert (layout.block_size, layout.group_size, mtp.blocks_per_request, base.blocks_per_request) == (
         2144, 11, 74, 66)
+
+
+def test_weights_count_the_allocator_blocks_they_load_into():
+    # torch counts a tensor of 10 MiB or more as its whole 2 MiB-rounded block unless the allocator splits the
+    # rest off: it does when the rest is over 1 MiB and the request under max_split_size. Qwen2.5-1.5B in fp16:
+    # the embedding, 151,936 x 1,536 x 2 B = 445.125 MiB, keeps its 446 MiB block (0.875 MiB over); gate_up
+    # (52.5 MiB, block 54) and down (26.25 MiB, block 28) are split off by default, but vLLM 0.21+ loads under
+    # max_split_size_mb 20, so each of the 28 layers keeps 1.5 + 1.75 MiB more: 95,420,416 B, the 0.10 GiB
+    # by which 0.30's "Model loading took 2.98 GiB" exceeds the 2.88 GiB checkpoint.
+    mib = 2**20
+    assert allocated_bytes([52.5 * mib, 26.25 * mib]) == round(78.75 * mib)
+    assert allocated_bytes([52.5 * mib, 26.25 * mib], max_split_bytes=20 * mib) == 82 * mib
+    assert allocated_bytes([round(445.125 * mib)]) == 446 * mib
+    # Under max_split the rest is split off when it is over 1 MiB (18.5 in a 20 MiB block), kept when not (19).
+    assert allocated_bytes([round(18.5 * mib)], max_split_bytes=20 * mib) == round(18.5 * mib)
+    assert allocated_bytes([19 * mib], max_split_bytes=20 * mib) == 20 * mib
+    model = _model("Qwen/Qwen2.5-1.5B-Instruct")
+    flags = dict(dtype="float16", max_model_len=4096)
+    t4 = find_gpu("T4")
+    before = plan_vllm(model, VllmFlags(version="0.20.0", **flags), t4).stages[0].memory.weights_bytes
+    after = plan_vllm(model, VllmFlags(version="0.21.0", **flags), t4).stages[0].memory.weights_bytes
+    assert after - before == 28 * round(3.25 * mib) == 95_420_416
 
 
 def test_mtp_proposer_buffers_count_from_0_27():

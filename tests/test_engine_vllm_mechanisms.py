@@ -192,8 +192,9 @@ def test_encoder_takes_kv_memory_on_a_24gb_card():
     # 65,536 patches x (2 x 1,280 + 10,260) x 2 B + the pixels in bf16 (65,536 x 1,176 x 2 B).
     assert m.activation_peak_bytes == m.encoder_bytes == 1_834_483_712  # pixels included; the LM's peak is smaller
     # 1.1 GiB at 57,344 B per token (28 layers x 4 KV heads x 128 x 2 x 2 B) is ~21,000 tokens: from ~96,000
-    # with the language model's peak to ~75,900 (75,856 with the RTX 4090's 0.04 GiB of non-torch growth).
-    assert 75_000 < r.kv_cache_tokens < 77_000
+    # with the language model's peak to ~75,900 (75,856 with the RTX 4090's 0.04 GiB of non-torch growth), and
+    # 74,816 once the weights sit in the allocator's 2 MiB blocks (59,768,832 B more, 1,042 tokens).
+    assert 74_000 < r.kv_cache_tokens < 76_000
 
 
 def test_v0_runs_the_multimodal_prompt_through_the_language_model():

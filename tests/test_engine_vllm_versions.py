@@ -55,7 +55,8 @@ def test_unknown_or_malformed_release_names_the_field_and_what_is_accepted(text)
 def test_a_release_takes_the_last_change_at_or_before_it():
     assert rules_for("0.16.1rc1.dev206+g097eb544e").since == (0, 15, 0)
     assert rules_for("0.10.1.1").since == (0, 10, 1)
-    assert rules_for("0.21.0").since == (0, 20, 1)  # no wheel was read; 0.20.1's rules hold until 0.27
+    assert rules_for("0.20.2").since == (0, 20, 1)  # 0.20.2 changes no rule kvplan models
+    assert rules_for("0.21.1").since == (0, 21, 0)
     assert rules_for("current") == RULES[-1]
 
 
@@ -164,6 +165,8 @@ CHANGES = [
     # (FLASHINFER_PREFILL_WORKSPACE_BYTES_PER_ELEM), takes 512-wide heads from 0.22 and SM80+ only from 0.24;
     # supports_sink adds SM12x at 0.28 and SM90 at 0.30; utils/flashinfer.py supports_trtllm_attention gives SM90
     # XQA decode at 0.25 and SM12x at 0.28.
+    # gpu_worker.py wraps load_model in _scoped_allocator_max_split(max_split_size_mb=20) from 0.21.0.
+    ("0.20.2", "0.21.0", "load_max_split_mb", None, 20),
     ("0.19.1", "0.20.0", "flashinfer_workspace", "", "fixed"),
     ("0.25.1", "0.26.0", "flashinfer_workspace", "fixed", "step"),
     ("0.21.0", "0.22.0", "flashinfer_head_512", False, True),

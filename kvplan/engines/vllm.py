@@ -64,7 +64,7 @@ from kvplan.hardware.gpus import COMPUTE_CAPABILITY, GpuSpec
 from kvplan.model.dtypes import KvDtype, normalize_weight_dtype, resolve_kv_dtype, serving_dtype, weight_dtype_bytes
 from kvplan.model.specs import LayerKind, LayerSpec, ModelSpec
 from kvplan.records import dataclass
-from kvplan.units import GiB, cdiv
+from kvplan.units import GiB, MiB, cdiv
 
 USAGES = ("serve", "llm")  # `vllm serve` (OPENAI_API_SERVER) or the LLM class (LLM_CLASS)
 # How vLLM is installed: the vllm/vllm-openai image (FlashInfer included) or the vllm wheel (pip, uv; without
@@ -794,6 +794,9 @@ def plan_vllm(
         # The runner builds the proposer after the worker's snapshot and before profiling: a budget measured from
         # that snapshot (0.9.1-0.26) misses its buffers, one that counts all memory in use (0.27+, and V1 to
         # 0.9.0 through torch's absolute peak) has them.
+        # The allocator's blocks, where vLLM measures its weights with torch on a CUDA card (allocator).
+        weight_blocks=f.engine == "v1" and gpu.vendor == "nvidia",
+        load_max_split_bytes=None if rules.load_max_split_mb is None else rules.load_max_split_mb * MiB,
         proposer_bytes=proposer_buffer_bytes(model, runner=f.runner, elem_bytes=dtype_bytes,
                                              max_num_batched_tokens=f.max_num_batched_tokens,
                                              max_num_seqs=f.max_num_seqs)

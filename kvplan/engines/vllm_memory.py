@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.capacity.weights import runtime_quant
+from kvplan.engines.allocator import allocated_bytes, loaded_tensor_bytes
 from kvplan.engines.vllm_dsv4 import dsv4_forward_bytes
 from kvplan.engines.vllm_encoder import EncoderProfile
 from kvplan.engines.vllm_lora import LoraSlots, lora_slot_bytes
@@ -548,6 +549,8 @@ def stage_memory(
     intermediate_charged: bool = True,
     sampler_state_bytes: int = 0,
     proposer_bytes: int = 0,
+    load_max_split_bytes: int | None = None,
+    weight_blocks: bool = False,
     mla_layer_bytes: int = 0,
     moe_scratch: str = "workspace",
     moe_chunk_tokens: int | None = None,
@@ -564,6 +567,9 @@ def stage_memory(
     stages' receive buffers count in the budget (intermediate_bytes). `sampler_state_bytes`: persistent sampler
     state the budget counts on the last stage (v2_sampler_state_bytes; 0 where none is counted). `proposer_bytes`:
     an MTP proposer's buffers the budget counts on the last stage (vllm_speculative.proposer_buffer_bytes).
+    `weight_blocks`: count each weight tensor as torch's caching allocator counts its block (allocator.
+    allocated_bytes, on CUDA, where the weights come from the config), with the max_split_size the release
+    loads under (`load_max_split_bytes`).
     `mla_layer_bytes`: what each MLA layer, the draft's too, keeps beside its weights (vllm_mla.mla_kept_bytes).
     `moe_scratch`, `moe_chunk_tokens`: the release's fused-MoE buffers (moe_workspace_bytes).
     `buffers`: what the model allocates when it is built on every stage, and on the last stage besides
@@ -588,6 +594,9 @@ def stage_memory(
             extra_vocab=lora_extra_vocab,
         )
         drafted = draft_bytes if last else 0
+        tensors = loaded_tensor_bytes(model, stage, tp=tp, elem=elem, quant=quant, first=i == 0, last=last) \
+            if weight_blocks and checkpoint_bytes is None else None
+        rounding = allocated_bytes(tensors, max_split_bytes=load_max_split_bytes) - sum(tensors) if tensors else 0
         mla_layers = sum(spec.kind == LayerKind.MLA for spec in model.layers[stage.start:stage.stop:stage.step])
         if draft and last and model.mtp is not None:
             mla_layers += sum(spec.kind == LayerKind.MLA for spec in model.mtp.layers)
@@ -607,7 +616,7 @@ def stage_memory(
             StageMemory(
                 stage=i,
                 layers=len(stage),
-                weights_bytes=w + slots + drafted + mla_kept + built,
+                weights_bytes=w + rounding + slots + drafted + mla_kept + built,
                 rotary_cache_bytes=rope,
                 activation_peak_bytes=max(run_peak, clone),
                 non_torch=non_torch,

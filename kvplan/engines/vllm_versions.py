@@ -158,6 +158,10 @@ class VllmRules:
     # snapshot, so they join the baseline instead of the profiled growth (v1/worker/gpu_worker.py init_device,
     # 0.33.0; absent at 0.32.0) [1.7].
     cublas_before_snapshot: bool = False
+    # The worker loads the model with the allocator's max_split_size at 20 MiB (gpu_worker.py
+    # _scoped_allocator_max_split, 0.21.0; absent at 0.20.0), so no weight of 20 MiB or more shares its block
+    # and "Model loading took" counts each rounded to 2 MiB (allocator.allocated_bytes) [1.2].
+    load_max_split_mb: int | None = None
     # With LoRA every CUDA-graph size is captured twice, with no adapter active and with max_loras + 1
     # (CompilationConfig.cudagraph_specialize_lora = True; v1/cudagraph_dispatcher.py lora_cases, 0.11.1+) [1.6].
     lora_graph_cases: bool = False
@@ -352,6 +356,8 @@ def _changes() -> tuple[VllmRules, ...]:
            flashinfer_workspace="fixed")
     change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len); an off-stride step is captured",
            v1_tokens_rule="concurrency", capture_step=True)
+    change((0, 21, 0), "the model loads with the allocator's max_split_size at 20 MiB: large weights count whole "
+           "2 MiB blocks", load_max_split_mb=20)
     # Model Runner V2 (vllm/config/vllm.py _is_default_v2_model_runner_model and DEFAULT_V2_MODEL_RUNNER_
     # ARCHITECTURES in each release's sdist; release notes of 0.25.0, 2026-07-11, and 0.29.0, 2026-09-09): its
     # profile_run samples the dummy rows without top-k/top-p, its profile_cudagraph_memory returns 0 until 0.29,
