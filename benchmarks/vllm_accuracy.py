@@ -33,7 +33,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from kvplan.calibrate.vllm_log import compile_cache_shown, flashinfer_sampler_shown, install_shown  # noqa: E402
+from kvplan.calibrate.formats import read_log  # noqa: E402
+from kvplan.calibrate.vllm_log import (  # noqa: E402
+    compile_cache_shown,
+    flashinfer_sampler_shown,
+    graph_estimate,
+    install_shown,
+)
 from kvplan.capacity.deployment import BoxProfile  # noqa: E402
 from kvplan.capacity.weights import CHECKPOINT_FLAGS, names_checkpoint_format  # noqa: E402
 from kvplan.engines.vllm import VllmFlags, VllmReport, graphs_charged, plan_vllm, resolve_flags  # noqa: E402
@@ -577,6 +583,35 @@ def _predicted_activation(r: Result) -> int:
     return m.activation_peak_bytes + graphs
 
 
+def logged_graph_estimate(r: Result) -> int | None:
+    """The CUDA-graph estimate the log prints (0.18.1+): "Estimated CUDA graph memory", the pool line's
+    "(estimated)", or the same as a share of the total (kvplan calibrate's reader, one parser for both)."""
+    log = read_log("\n".join(r.case.row.get("raw") or []), r.case.row["id"])
+    got = log.get("cuda_graph_estimate") or graph_estimate(log, r.b.total_memory_bytes)
+    return None if got is None else got.as_int
+
+
+def _graph_estimates(results: list[Result]) -> list[str]:
+    """kvplan's CUDA-graph bytes against the estimate each log prints: a term the fit never saw (its 0.19 logs
+    print the captured pool only), so every row is held out."""
+    rows = [(r, got) for r in results if r.case.split == "holdout" and (got := logged_graph_estimate(r))]
+    errs = [pct(r.b.cudagraph_bytes / GiB, got / GiB) for r, got in rows]
+    n, mae, worst = _stats(errs)
+    gib_mae = sum(abs(r.b.cudagraph_bytes - got) for r, got in rows) / max(n, 1) / GiB
+    lines = ["## CUDA-graph estimate", "",
+             "vLLM 0.18.1+ estimate their CUDA graphs before sizing the KV cache (0.20+ subtract the estimate) and "
+             "print it, or its share of the total. kvplan's graph bytes come from coefficients fitted on the 0.19 "
+             "fit split's captured pools (vllm_graphs.py). "
+             + (f"Over {n} held-out logs: MAE {mae:.1f}% ({gib_mae:.2f} GiB), worst {worst:+.1f}%." if n else ""),
+             "", "| log | GPU | release | runner | graphs | logged estimate | kvplan | error |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (r, got), err in sorted(zip(rows, errs, strict=True), key=lambda x: x[0][0].case.row["id"]):
+        f = r.b.flags
+        lines.append(f"| {r.case.row['id']} | {r.case.gpu_key} | {r.case.release} | {f.runner} | {r.b.graphs.count} "
+                     f"| {_gib(got / GiB)} | {_gib(r.b.cudagraph_bytes / GiB)} | {err:+.1f}% |")
+    return lines + [""]
+
+
 def _per_log(results: list[Result]) -> list[str]:
     lines = ["## Per log", "",
              "GiB as logged / predicted (rank 0). Marks: ~ release inferred by the collector, T GPU from the "
@@ -676,6 +711,7 @@ def report(results: list[Result], skipped: list[Case], logs: Path) -> str:
     lines += _table("By release", results, lambda r: f"{r.case.minor} ({r.b.flags.engine})")
     lines += _table("By outcome", results, lambda r: r.case.outcome)
     lines += _per_log(results)
+    lines += _graph_estimates(results)
     lines += _engine_choice(cases_of(results, skipped))
     lines += ["## Not evaluated", "", "| split | log | model | reason |", "|---|---|---|---|"]
     for c in skipped:

@@ -16,6 +16,7 @@ from kvplan.calibrate.compare import Report, calibrate
 from kvplan.calibrate.formats import read_log
 from kvplan.calibrate.log import StartupLog
 from kvplan.calibrate.profile import load_profile, save_profile
+from kvplan.calibrate.vllm_log import graph_estimate
 from kvplan.capacity.deployment import Deployment
 from kvplan.errors import InputError
 from kvplan.planner.verdict import plan
@@ -135,6 +136,35 @@ def test_reads_the_newest_one_line_summary():
     assert (log.get("kv_tokens").value, log.get("max_concurrency").value) == (1_207_072, 73.67)
     r = log.primary
     assert (r.get("consumed").as_int, r.get("cuda_graph_estimate").as_int) == (_gib(3.31), _gib(0.35))
+
+
+def test_reads_the_graph_estimate_printed_as_a_share_of_the_total():
+    # gpu_worker.py (0.18.1+) prints round(util - estimate / total, 4): 0.31.0 on a 39.49 GiB card,
+    # (0.9200 - 0.9110) x 42,402,064,630 B (39.49 GiB) = 381,618,582 B, the 0.35 GiB its pool line estimates,
+    # to 1 / 10,000 of the total.
+    log = _read("vllm-0.31-qwen2.5-coder-1.5b.log")
+    got = graph_estimate(log, _gib(39.49))
+    assert got is not None and got.as_int == 381_618_582 and got.resolution == _gib(39.49) / 10_000
+    assert abs(got.as_int - log.get("cuda_graph_estimate").as_int) < _gib(0.005) + got.resolution
+    # 0.18-0.19 without the estimate in the budget print the raised utilization instead: (0.9063 - 0.9000) x
+    # 85,520,809,984 B (H100's total) = 538,781,103 B. Capped at 1.0 it is only a bound, so nothing is read.
+    for raised, expected in (("0.9063", 538_781_103), ("1.0000", None)):
+        line = ("INFO [gpu_worker.py:470] In v0.19, CUDA graph memory profiling will be enabled by default ... and "
+                f"increase --gpu-memory-utilization from 0.9000 to {raised} to maintain the same effective KV cache "
+                "size.\nINFO [gpu_worker.py:405] Available KV cache memory: 60.00 GiB\n")
+        share = graph_estimate(read_log(line, "0.19"), 85_520_809_984)
+        assert (share and share.as_int) == expected
+
+
+def test_model_runner_v2_prints_its_graph_estimate_only_as_a_share():
+    # 0.30.0's V2 runner on a T4 prints no "Estimated CUDA graph memory" line; its share, (0.8500 - 0.8265) x
+    # 15,835,660,288 B (T4's CUDA total) = 372,138,017 B, is what the budget subtracted, not the 0.28 GiB the
+    # later capture took. The profile keeps it as the graph term and derives the activation from the rest.
+    report = _calibrate("vllm-0.30-t4-qwen2.5-1.5b.log", gpu="T4")
+    graphs = next(c for c in report.components if c.key == "cuda_graphs")
+    assert graphs.logged is not None and graphs.logged.as_int == 372_138_017
+    assert report.profile is not None and report.profile.cuda_graph_bytes == 372_138_017
+    assert report.provenance["cuda_graph_bytes"].startswith("derived: line 15, the estimate as a share")
 
 
 def test_reads_sglang_lines_and_its_launch_command():

@@ -16,6 +16,7 @@ from typing import Any
 
 from kvplan.calibrate.log import BLOCKS, BYTES, KV_OOM, OOM_OTHER, STARTED, TIMES, TOKENS, Reading, StartupLog
 from kvplan.calibrate.profile import build_profile, resolved_setting
+from kvplan.calibrate.vllm_log import graph_estimate
 from kvplan.capacity.deployment import (
     BoxProfile,
     Deployment,
@@ -345,6 +346,16 @@ def _graphs(log: StartupLog) -> Reading | None:
     return log.get("cuda_graph_estimate") or log.get("cuda_graph_actual")
 
 
+def _logged(row: Row, log: StartupLog, d: Deployment | None) -> Reading | None:
+    """The row's figure; for vLLM's CUDA graphs without an "Estimated CUDA graph memory" line, the estimate the
+    log prints as a share of the total (graph_estimate) before the capture's own figure."""
+    got = row.logged(log)
+    if row.key != "cuda_graphs" or log.engine != "vllm" or d is None or log.get("cuda_graph_estimate") is not None:
+        return got
+    total = log.get("total")
+    return graph_estimate(log, total.as_int if total is not None else d.gpu.total_memory_bytes) or got
+
+
 def _sglang_pool(log: StartupLog) -> Reading | None:
     """K + V sizes of the first pool the primary rank allocated (the served model's; a draft model's follows)."""
     r = log.primary
@@ -531,7 +542,7 @@ def calibrate(log: StartupLog, *, model: str | None = None, gpu: str | GpuSpec |
         if replayed is not None and log.engine == "vllm":
             profile, provenance, replayed = _close_budget(log, d, profile, provenance, replayed)
     components = tuple(
-        Component(row.key, row.label, row.unit, row.logged(log), None if v is None else row.predict(v),
+        Component(row.key, row.label, row.unit, _logged(row, log, d), None if v is None else row.predict(v),
                   None if replayed is None else row.predict(replayed), row.note)
         for row in ROWS[log.engine]
     )

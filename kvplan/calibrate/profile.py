@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.calibrate.log import StartupLog
+from kvplan.calibrate.vllm_log import graph_estimate
 from kvplan.capacity.deployment import BoxProfile, Deployment
 from kvplan.errors import InputError
 from kvplan.planner.verdict import Verdict
@@ -85,7 +86,12 @@ def _vllm_profile(log: StartupLog, d: Deployment, v: Verdict) -> tuple[dict[str,
         # term takes what kvplan's weights leave of it (club-3090#1087: 15.03 GiB consumed, 14.49 modelled).
         non_torch = values["non_torch_bytes"] = consumed.as_int - (_term(v, "weights") or 0) - sampler - proposer
         why["non_torch_bytes"] = f"derived: line {consumed.line}, consumed memory - kvplan's weights" + modelled
-    graphs = measured("cuda_graph_bytes", "cuda_graph_estimate") or measured("cuda_graph_bytes", "cuda_graph_actual")
+    graphs = measured("cuda_graph_bytes", "cuda_graph_estimate")
+    share = graph_estimate(log, total) if graphs is None and log.engine == "vllm" else None
+    if share is not None:
+        graphs = values["cuda_graph_bytes"] = share.as_int
+        why["cuda_graph_bytes"] = f"derived: line {share.line}, the estimate as a share of the total"
+    graphs = graphs or measured("cuda_graph_bytes", "cuda_graph_actual")
     activation = measured("activation_peak_bytes", "activation_peak")
     if activation is not None and consumed is not None and graphs and _term(v, "cuda_graphs") is not None:
         # The consumed-memory summary (0.26+) prints as "peak activation" all the budget takes beyond consumed

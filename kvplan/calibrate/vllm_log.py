@@ -13,6 +13,7 @@ import re
 
 from kvplan.calibrate.log import (
     BLOCKS,
+    BYTES,
     COUNT,
     KV_OOM,
     NUMBER,
@@ -23,6 +24,7 @@ from kvplan.calibrate.log import (
     TOKENS,
     Collector,
     Field,
+    Reading,
     StartupLog,
     cli_flags,
     literal_pairs,
@@ -33,6 +35,7 @@ from kvplan.calibrate.text import Record
 
 N = NUMBER
 GIB = r" ?Gi?B"
+_SHARE_UTIL, _SHARE_WITHOUT, _SHARE_RAISED = "graph_share_util", "graph_share_without", "graph_share_raised"
 
 PATTERNS = (
     # Weights: V1 "Model loading took 12.56 GiB memory", V0 "Loading model weights took 14.9888 GB".
@@ -79,6 +82,15 @@ PATTERNS = (
     pattern(r"CUDA graph pool memory: " + N + r" GiB \(actual\), " + N + r" GiB \(estimated\)",
             Field("cuda_graph_actual", 1), Field("cuda_graph_estimate", 2)),
     pattern(r"Estimated CUDA graph memory: " + N + GIB, Field("cuda_graph_estimate", 1)),
+    # 0.18.1+ also print the estimate as a share of the CUDA total (gpu_worker.py, cg_util_delta = estimate /
+    # total, each utilization rounded to 4 places), the only graph figure Model Runner V2 prints: "The current
+    # --gpu-memory-utilization=0.8500 is equivalent to --gpu-memory-utilization=0.8265 without CUDA graph memory
+    # profiling" where the budget subtracts it, "increase --gpu-memory-utilization from 0.9000 to 0.9063" where
+    # it does not (0.18-0.19 by default). graph_estimate() turns the pair into bytes.
+    pattern(r"current --gpu-memory-utilization=" + N + r" is equivalent to --gpu-memory-utilization=" + N,
+            Field(_SHARE_UTIL, 1, RATIO), Field(_SHARE_WITHOUT, 2, RATIO)),
+    pattern(r"increase --gpu-memory-utilization from " + N + r" to " + N,
+            Field(_SHARE_UTIL, 1, RATIO), Field(_SHARE_RAISED, 2, RATIO)),
     # Unsloth's banner: torch's total_memory in GiB ("Max memory: 14.741 GB").
     pattern(r"Max memory[:=] " + N + " GB", Field("total", 1)),
     # Engine-wide figures (the engine core prints them once, or once per rank in 0.10).
@@ -319,6 +331,23 @@ def read_vllm(records: list[Record], source: str) -> StartupLog:
         low = min(tokens, key=lambda r: r.value)
         c.summary = [r for r in c.summary if r.key != "kv_tokens"] + [low]
     return c.build(source, len(records), _started)
+
+
+def graph_estimate(log: StartupLog, total_bytes: int) -> Reading | None:
+    """The CUDA-graph estimate the primary rank printed as a share of the CUDA total, in bytes: T4 on 0.30,
+    (0.8500 - 0.8265) x 15,835,660,288 B = 372,138,017 B (0.35 GiB), to within 1 / 10,000 of the total. None
+    where the rank printed no share, or where the suggested utilization is capped at 1.0 (then only a bound)."""
+    r = log.primary
+    util, without, raised = r.get(_SHARE_UTIL), r.get(_SHARE_WITHOUT), r.get(_SHARE_RAISED)
+    if util is None:
+        return None
+    if without is not None:
+        share = util.value - without.value
+    elif raised is not None and raised.value < 1.0:
+        share = raised.value - util.value
+    else:
+        return None
+    return Reading("cuda_graph_share", round(share * total_bytes), BYTES, total_bytes / 10_000, util.line)
 
 
 def _started(c: Collector) -> bool:
