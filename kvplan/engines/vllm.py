@@ -791,12 +791,12 @@ def plan_vllm(
         sampler_state_bytes=v2_sampler_state_bytes(model, max_num_seqs=f.max_num_seqs,
                                                    draft_tokens=f.num_speculative_tokens)
         if f.runner == "v2" and f.rules.v1_budget == "consumed" else 0,
-        # The runner builds the proposer after the worker's snapshot and before profiling: a budget measured from
-        # that snapshot (0.9.1-0.26) misses its buffers, one that counts all memory in use (0.27+, and V1 to
-        # 0.9.0 through torch's absolute peak) has them.
         # The allocator's blocks, where vLLM measures its weights with torch on a CUDA card (allocator).
         weight_blocks=f.engine == "v1" and gpu.vendor == "nvidia",
         load_max_split_bytes=None if rules.load_max_split_mb is None else rules.load_max_split_mb * MiB,
+        # The runner builds the proposer after the worker's snapshot and before profiling: a budget measured from
+        # that snapshot (0.9.1-0.26) misses its buffers, one that counts all memory in use (0.27+, and V1 to
+        # 0.9.0 through torch's absolute peak) has them.
         proposer_bytes=proposer_buffer_bytes(model, runner=f.runner, elem_bytes=dtype_bytes,
                                              max_num_batched_tokens=f.max_num_batched_tokens,
                                              max_num_seqs=f.max_num_seqs)
