@@ -154,6 +154,14 @@ def test_reads_the_graph_estimate_printed_as_a_share_of_the_total():
                 "size.\nINFO [gpu_worker.py:405] Available KV cache memory: 60.00 GiB\n")
         share = graph_estimate(read_log(line, "0.19"), 85_520_809_984)
         assert (share and share.as_int) == expected
+    # On 0.20+ the same advice follows a warning that the user turned the estimate off: said, since kvplan plans
+    # those releases with the estimate in the budget.
+    off = read_log("WARNING [gpu_worker.py:490] CUDA graph memory profiling is disabled "
+                   "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). Without it, CUDA graph memory is not accounted "
+                   "for during KV cache allocation ... increasing --gpu-memory-utilization from 0.9000 to 0.9063.\n"
+                   "INFO [gpu_worker.py:470] Available KV cache memory: 60.00 GiB\n", "0.26")
+    assert any("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0" in n for n in off.notes)
+    assert not any("ESTIMATE_CUDAGRAPHS" in n for n in log.notes)
 
 
 def test_model_runner_v2_prints_its_graph_estimate_only_as_a_share():

@@ -131,6 +131,8 @@ _VERSION = (
     re.compile(r"\bvLLM: (\d+\.\d+[\w.+-]*?)\.?\s*$"),  # Unsloth's banner: "Transformers: 4.52.4. vLLM: 0.8.2."
 )
 _ENGINE = re.compile(r"Initializing an? (V[01]) LLM engine")
+# 0.20+ with the estimate turned off by the user (gpu_worker.py's warning; 0.18-0.19 leave it off by default).
+_GRAPHS_OFF = re.compile(r"CUDA graph memory profiling is disabled \(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0\)")
 # What the log shows of FlashInfer (V1 0.8-0.11 sample with it whenever it is importable): its sampler in use
 # (the vllm/vllm-openai image ships it), or missing or declined, as a plain wheel install runs. A traceback
 # through site-packages/vllm/ is a pip/uv install of the wheel (a venv, a conda env such as
@@ -324,6 +326,9 @@ def read_vllm(records: list[Record], source: str) -> StartupLog:
                                        (r.key == "available_kv" and r.value < 0)):
                 # vLLM stops here: "No available memory for the cache blocks" (raise_if_cache_size_invalid).
                 c.fail(KV_OOM, rec.text)
+    if any(_GRAPHS_OFF.search(rec.text) for rec in records):
+        c.notes.append("the log ran with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0: vLLM left its CUDA-graph "
+                       "estimate out of the budget, where kvplan plans 0.20+ with it")
     tokens = [r for r in c.summary if r.key == "kv_tokens"]
     if len({r.value for r in tokens}) > 1:
         c.notes.append(f"{len(tokens)} ranks printed GPU KV cache sizes from {min(r.value for r in tokens):,.0f} "
