@@ -18,7 +18,7 @@ from tests.test_import_graph import import_graph
 
 ARCH = (REPO / "ARCHITECTURE.md").read_text()
 PATH = re.compile(r"`((?:kvplan|tests|docs|scripts|benchmarks)/[\w/<>.\-]+)`")
-ADD_SECTIONS = ("An attention kind", "An engine", "A deployment-file format", "A GPU")
+ADD_SECTIONS = ("An attention kind", "An engine", "A deployment-file format", "A GPU", "A KV cache dtype")
 
 
 def section(title: str) -> str:

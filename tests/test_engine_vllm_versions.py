@@ -61,6 +61,10 @@ def test_a_release_takes_the_last_change_at_or_before_it():
 
 
 # (release before, release after, field, value before, value after): every rule change of engine-rules.md.
+_KV_0_18 = ("auto", "float16", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla")
+_KV_NEW_0_20 = ("turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
+                "int8_per_token_head", "fp8_per_token_head", "nvfp4")
+
 CHANGES = [
     ("0.6.2", "0.6.3", "concurrency_line", False, True),
     ("0.6.3", "0.6.4", "v0_budget", "free_drop", "absolute"),
@@ -224,6 +228,23 @@ CHANGES = [
     ("0.17.1", "0.18.0", "kv_cache_dtypes",
      ("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"),
      ("auto", "float16", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla")),
+    # CacheDType at each release (config/cache.py): TurboQuant's four presets, the per-token-head int8/fp8 and
+    # nvfp4 at 0.20.0, int4_per_token_head at 0.25.0, nvfp4_4over6 at 0.28.0, nvfp4_ds_mla at 0.30.0,
+    # ultraquant_4bit at 0.32.0, the three octave formats at 0.33.0 (each absent the release before).
+    ("0.19.1", "0.20.0", "kv_cache_dtypes", _KV_0_18, _KV_0_18 + _KV_NEW_0_20),
+    ("0.24.0", "0.25.0", "kv_cache_dtypes", _KV_0_18 + _KV_NEW_0_20,
+     _KV_0_18 + _KV_NEW_0_20 + ("int4_per_token_head",)),
+    ("0.27.1", "0.28.0", "kv_cache_dtypes", _KV_0_18 + _KV_NEW_0_20 + ("int4_per_token_head",),
+     _KV_0_18 + _KV_NEW_0_20 + ("int4_per_token_head", "nvfp4_4over6")),
+    ("0.29.0", "0.30.0", "kv_cache_dtypes", _KV_0_18 + _KV_NEW_0_20 + ("int4_per_token_head", "nvfp4_4over6"),
+     _KV_0_18 + _KV_NEW_0_20 + ("int4_per_token_head", "nvfp4_4over6", "nvfp4_ds_mla")),
+    ("0.31.0", "0.32.0", "kv_cache_dtypes",
+     _KV_0_18 + _KV_NEW_0_20 + ("int4_per_token_head", "nvfp4_4over6", "nvfp4_ds_mla"),
+     _KV_0_18 + _KV_NEW_0_20 + ("int4_per_token_head", "nvfp4_4over6", "nvfp4_ds_mla", "ultraquant_4bit")),
+    ("0.32.0", "0.33.0", "kv_cache_dtypes",
+     _KV_0_18 + _KV_NEW_0_20 + ("int4_per_token_head", "nvfp4_4over6", "nvfp4_ds_mla", "ultraquant_4bit"),
+     _KV_0_18 + _KV_NEW_0_20 + ("int4_per_token_head", "nvfp4_4over6", "nvfp4_ds_mla", "ultraquant_4bit",
+                                "octave_k3v4", "octave_k3v3", "octave_k3v3_compact")),
     # 0.11.1: capture sizes step 16 above 256 (0.10.2 still steps 8); VLLM_USE_FLASHINFER_SAMPLER defaults to
     # None and the sampler takes FlashInfer only when it is set.
     ("0.11.0", "0.11.1", "capture_rule", "v1_2seqs", "v1_2seqs_16"),

@@ -95,3 +95,14 @@ def test_a_ring_one_block_short_is_caught_by_the_check():
         run.replan = real_replan
     # 8 blocks = 128 slots hold the window only when it starts on a block boundary; mid-block it needs 9.
     assert not bad.visibility_ok and not bad.passed
+
+
+def test_vllm_only_cache_layouts_are_sized_not_verified():
+    # TurboQuant and the per-token-head kinds are vLLM kernels' own layouts: verify names the formats it stores.
+    from kvplan.errors import InputError
+    from kvplan.verify.setup import VerifyRequest, prepare
+
+    for name in ("turboquant_k8v4", "int8_per_token_head"):
+        with pytest.raises(InputError, match=f"--kv-cache-dtype {name} is a layout of vLLM's own kernels"):
+            prepare(VerifyRequest(model="meta-llama/Llama-3.2-1B-Instruct", seq_tokens=20, steps=2,
+                                  kv_cache_dtype=name, offline=True))

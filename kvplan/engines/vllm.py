@@ -38,7 +38,14 @@ from kvplan.engines.vllm_dsv4 import (
 from kvplan.engines.vllm_encoder import encoder_profile, v0_encoder_profile
 from kvplan.engines.vllm_fallback import Fallback, v1_fallback
 from kvplan.engines.vllm_graphs import GraphModes, capture_sizes, graph_bytes
-from kvplan.engines.vllm_kv import KvCacheLayout, VllmLayerSpec, kv_cache_layout, vllm_layer_spec
+from kvplan.engines.vllm_kv import (
+    KvCacheLayout,
+    VllmLayerSpec,
+    kv_cache_layout,
+    uniform_type_layout,
+    vllm_layer_spec,
+)
+from kvplan.engines.vllm_kv_quant import boundary_layers, quant_block_size, quant_buffer_bytes, quant_kv_refusal
 from kvplan.engines.vllm_log import log_lines
 from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.engines.vllm_memory import (
@@ -446,6 +453,12 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         kv_name = dsv4_kv_dtype(rules, kv_name, flags.version)
         sparse_mla_gpu(rules, gpu_key=gpu.key, vendor=gpu.vendor, version=flags.version, model="DeepSeek-V4")
         block_size = DSV4_BLOCK_TOKENS
+    capability = COMPUTE_CAPABILITY.get(gpu.key) if gpu.vendor == "nvidia" else None
+    quant_refused = quant_kv_refusal(model, rules, flags.version, kv_name, capability=capability, vendor=gpu.vendor,
+                                     dtype=dtype)
+    if quant_refused is not None:
+        raise FieldError("engine.kv_cache_dtype", quant_refused, kv_name)
+    block_size = quant_block_size(model, rules, flags.version, kv_name, block_size)
     storage = None
     if uses_dsa(model) and mla_in_use:
         dsa_check(rules, gpu_key=gpu.key, vendor=gpu.vendor, version=flags.version)
@@ -589,8 +602,12 @@ def _stage_layout(model: ModelSpec, layers: range, f: ResolvedFlags, block_size_
     chunk = model.geometry.mamba.chunk_size if model.geometry.mamba else 2048
     mode = mamba_cache_mode(model, f)
     latent = dsa_token_bytes(model, f.dsa_storage) if f.dsa_storage else _padded_latent_bytes(model, f)
+    # TurboQuant's boundary layers stay in the model dtype (vllm_kv_quant): positions within this stage.
+    kept = boundary_layers(model, f.kv_cache_dtype.name)
+    plain = frozenset(i for i, layer in enumerate(range(layers.start, layers.stop, layers.step)) if layer in kept)
     return _layout(stage, f.kv_cache_dtype, f.tp, hybrid, f.block_size, block_size_set, f.version, f.engine,
-                   mode, chunk, _extra_state_pages(model, f, mode), latent)
+                   mode, chunk, _extra_state_pages(model, f, mode), latent,
+                   plain, resolve_kv_dtype("auto", f.dtype) if plain else None)
 
 
 def _extra_state_pages(model: ModelSpec, f: ResolvedFlags, mode: str) -> int:
@@ -604,11 +621,16 @@ def _extra_state_pages(model: ModelSpec, f: ResolvedFlags, mode: str) -> int:
     return draft + int(checkpoint)
 
 
-def _built_buffers(model: ModelSpec, f: ResolvedFlags) -> tuple[int, int]:
+def _built_buffers(model: ModelSpec, f: ResolvedFlags, gpu: GpuSpec) -> tuple[int, int]:
     """What the model allocates when vLLM builds it, on every rank and on the last rank besides: DeepSeek-V4's
-    (vllm_dsv4) or the sparse-attention indexer's (vllm_dsa, sized by the fullest stage's layers)."""
+    (vllm_dsv4), the sparse-attention indexer's (vllm_dsa, sized by the fullest stage's layers), or a quantized
+    cache's (vllm_kv_quant)."""
     every, last = dsv4_buffer_bytes(model, f.rules, max_num_batched_tokens=f.max_num_batched_tokens,
                                     draft=f.num_speculative_tokens > 0)
+    every += quant_buffer_bytes(model, f.rules, f.version, f.kv_cache_dtype.name,
+                                stages=pp_stage_layers(model.num_layers, f.pp), tp=f.tp,
+                                capability=COMPUTE_CAPABILITY.get(gpu.key) if gpu.vendor == "nvidia" else None,
+                                max_num_seqs=f.max_num_seqs, max_num_batched_tokens=f.max_num_batched_tokens)
     if f.dsa_storage is not None:
         every += dsa_buffer_bytes(model, f.rules, max_num_batched_tokens=f.max_num_batched_tokens,
                                   max_model_len=f.max_model_len, max_num_seqs=f.max_num_seqs,
@@ -630,11 +652,17 @@ def _padded_latent_bytes(model: ModelSpec, f: ResolvedFlags) -> int:
 @functools.lru_cache(maxsize=1024)
 def _layout(stage: tuple[LayerSpec, ...], kv: KvDtype, tp: int, hybrid: bool, block_size: int,
             block_size_set: bool, version: str, engine: str, mode: str, chunk: int, extra_pages: int,
-            latent_bytes: int = 0) -> KvCacheLayout:
+            latent_bytes: int = 0, plain: frozenset[int] = frozenset(), plain_kv: KvDtype | None = None,
+            ) -> KvCacheLayout:
     """_stage_layout's layout, kept: `kvplan plan` lays out one model's stages for hundreds of candidate
     deployments that share a KV dtype, tp and block size (gemma-3-27b: 806 plans, 62 layers each).
-    `latent_bytes`: an MLA layer's padded bytes a token (_padded_latent_bytes; 0: as the spec says)."""
-    present = [s for s in (vllm_layer_spec(layer, kv, tp) for layer in stage) if s is not None]
+    `latent_bytes`: an MLA layer's padded bytes a token (_padded_latent_bytes; 0: as the spec says). `plain`:
+    positions whose cache is `plain_kv` (TurboQuant's boundary layers); they share one group with the others
+    (uniform_type_layout)."""
+    present = [s for s in (vllm_layer_spec(layer, plain_kv if i in plain and plain_kv else kv, tp)
+                           for i, layer in enumerate(stage)) if s is not None]
+    if plain and all(s.kind == "full_attention" for s in present):
+        return uniform_type_layout(present, block_size)
     if latent_bytes:
         present = [VllmLayerSpec("mla", latent_bytes) if s.kind == "mla" else s for s in present]
     if not hybrid:
@@ -803,7 +831,7 @@ def plan_vllm(
         if f.num_speculative_tokens and f.rules.budget(f.engine) in ("consumed", "absolute") else 0,
         mla_layer_bytes=0 if f.mla_dense is not None else mla_kept_bytes(model, rules, dtype=f.dtype, tp=f.tp,
                                                                          quantization=f.quantization),
-        buffers=_built_buffers(model, f),
+        buffers=_built_buffers(model, f, gpu),
     )
     stage_layers = pp_stage_layers(model.num_layers, f.pp)
     layouts = [_stage_layout(model, layers, f, flags.block_size is not None) for layers in stage_layers]

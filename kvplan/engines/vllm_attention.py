@@ -42,7 +42,7 @@ _FP8 = ("fp8_e4m3", "fp8_e5m2")
 class AttentionPath:
     """The backend of the model's K/V layers and, for FlashInfer, how it decodes."""
 
-    backend: str  # "FLASH_ATTN", "FLASHINFER" or "TRITON_ATTN"
+    backend: str  # "FLASH_ATTN", "FLASHINFER", "TRITON_ATTN" or "TURBOQUANT"
     head_size: int  # the K/V layers' widest head
     decode: str = "native"  # FlashInfer's decode kernel: "native", "trtllm" (SM100) or "xqa" (SM90 / SM120)
 
@@ -76,7 +76,11 @@ def attention_path(
         return None
     head = max(heads)
     sinks = any(g.name == "attention_sinks" for g in model.param_groups)
-    fp8 = kv_cache_dtype in _FP8
+    # vLLM's own quantized caches (vllm_kv_quant): the per-token-head kinds run on Triton, TurboQuant on its
+    # backend, NVFP4 on FlashInfer only.
+    if kv_cache_dtype.endswith("_per_token_head") or kv_cache_dtype.startswith("turboquant_"):
+        return AttentionPath("TURBOQUANT" if kv_cache_dtype.startswith("turboquant_") else "TRITON_ATTN", max(heads))
+    fp8 = kv_cache_dtype in _FP8 or kv_cache_dtype.startswith("nvfp4")
     major = capability[0]
     flashinfer_heads = (64, 128, 256, 512) if rules.flashinfer_head_512 else (64, 128, 256)
     flashinfer = (rules.flashinfer_min_capability <= capability <= (12, 1) and head in flashinfer_heads

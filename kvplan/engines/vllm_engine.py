@@ -27,6 +27,7 @@ from kvplan.engines.vllm_calibration import calibration_for
 from kvplan.engines.vllm_dsa import dsa_note
 from kvplan.engines.vllm_dsv4 import dsv4_notes, sparse_mla_refusal
 from kvplan.engines.vllm_kv import KvCacheLayout
+from kvplan.engines.vllm_kv_quant import UNSIZED, quant_kv_refusal, quant_note
 from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.engines.vllm_memory import StageMemory, WeightSplit
 from kvplan.engines.vllm_mla import dense_mla_layer
@@ -34,14 +35,15 @@ from kvplan.engines.vllm_mxfp4 import release_backend
 from kvplan.engines.vllm_speculative import proposer_buffer_bytes
 from kvplan.engines.vllm_versions import VllmRules, engine_for, rules_for
 from kvplan.errors import FieldError
-from kvplan.model.dtypes import weight_dtype_bytes
+from kvplan.hardware.gpus import COMPUTE_CAPABILITY
+from kvplan.model.dtypes import VLLM_KV_DTYPES, normalize_weight_dtype, serving_dtype, weight_dtype_bytes
 from kvplan.model.specs import LayerKind, ModelSpec
 from kvplan.records import dataclass
 from kvplan.units import GiB, cdiv, fmt_gib
 
-# KV cache dtypes kvplan sizes (kvplan.model.dtypes); a release must also list the name (VllmRules).
-# 'bf16' is kvplan's spelling of bfloat16.
-SIZED_KV_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
+# KV cache dtypes kvplan sizes (kvplan.model.dtypes, vllm_kv_quant); a release must also list the name
+# (VllmRules). 'bf16' is kvplan's spelling of bfloat16.
+SIZED_KV_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4", *VLLM_KV_DTYPES)
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,9 @@ def _config_refusal(d: Deployment, o: VllmOptions) -> Refusal | None:
     rules = o.rules
     taken = [c for c in rules.kv_cache_dtypes if c in SIZED_KV_DTYPES]
     kv = d.kv_cache_dtype.lower()
+    if kv in rules.kv_cache_dtypes and kv in UNSIZED:
+        return Refusal("kv_dtype", f"vLLM {o.version} takes --kv-cache-dtype {kv}, but kvplan does not size it "
+                       "(ROCm-only formats, DeepSeek-V3.2's NVFP4 latent).", "kv_cache_dtype")
     if (kv if kv != "bf16" else "bfloat16") not in taken:
         return Refusal(
             "kv_dtype",
@@ -135,6 +140,12 @@ def _config_refusal(d: Deployment, o: VllmOptions) -> Refusal | None:
             f"not {d.kv_cache_dtype!r}.",
             "kv_cache_dtype",
         )
+    capability = COMPUTE_CAPABILITY.get(d.gpu.key) if d.gpu.vendor == "nvidia" else None
+    quant = quant_kv_refusal(d.model, rules, o.version, kv, capability=capability, vendor=d.gpu.vendor,
+                             dtype=serving_dtype(d.model.config_dtype) if d.weights.dtype in (None, "auto")
+                             else normalize_weight_dtype(d.weights.dtype))
+    if quant is not None:
+        return Refusal("kv_dtype", quant[0].upper() + quant[1:] + ".", "kv_cache_dtype")
     sparse = sparse_mla_refusal(d.model, rules, o.version, kv_cache_dtype=kv, block_size=o.block_size)
     if sparse is not None:
         return sparse
@@ -311,6 +322,10 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
         out.extend(dsv4_notes(layout, f.max_model_len, f.window_tokens_in_flight))
     else:
         out.extend(_layout_notes(f, layout))
+    quant = quant_note(d.model, f.rules, f.version, f.kv_cache_dtype.name, tp=f.tp, block_size=f.block_size,
+                       max_num_seqs=f.max_num_seqs, max_model_len=f.max_model_len)
+    if quant is not None:
+        out.append(quant)
     if f.dsa_storage is not None:
         out.append(dsa_note(d.model, f.dsa_storage))
         given = d.engine.block_size if isinstance(d.engine, VllmOptions) else None

@@ -208,6 +208,18 @@ def kv_cache_layout(specs: list[VllmLayerSpec], block_size: int, *, block_size_s
     return KvCacheLayout(tuple(groups), group_size, page, mamba_cache_mode, extra_state_pages)
 
 
+def uniform_type_layout(specs: list[VllmLayerSpec], block_size: int) -> KvCacheLayout:
+    """Full-attention layers whose pages differ (TurboQuant's model-dtype boundary layers) in one group
+    (UniformTypeKVCacheSpecs, 0.11+): a block id takes one page in every layer, each at its own size, so the
+    pool's blocks are the memory over the sum of the pages. Llama-3.1-8B with turboquant_k8v4, 32-token blocks:
+    4 x 4,096 x 32 + 28 x 1,568 x 32 = 1,929,216 B a block."""
+    pages = [s.bytes_per_token * block_size for s in specs]
+    block_bytes = sum(pages)
+    group = KvGroup("full_attention", len(specs), 0, max(s.bytes_per_token for s in specs), 0, block_size,
+                    page_bytes=block_bytes)
+    return KvCacheLayout((group,), len(specs), max(pages), pool_block_bytes=block_bytes, check_block_bytes=block_bytes)
+
+
 def _unified_block(block: int, page: int, largest: int) -> int:
     """unify_kv_cache_spec_page_size: a layer whose page is smaller than the largest takes a block that many
     times longer, when the page divides it. Gemma 4: sliding 8 x 256 x 2 x 2 B x 16 = 131,072 B a page,

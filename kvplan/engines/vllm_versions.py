@@ -242,6 +242,17 @@ class VllmRules:
         return self.budget(engine) == "absolute"
 
 
+# --kv-cache-dtype choices (config/cache.py CacheDType in each sdist; sizes in vllm_kv_quant) [1.27].
+_KV_0_18 = ("auto", "float16", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla")
+_KV_0_20 = _KV_0_18 + ("turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
+                       "int8_per_token_head", "fp8_per_token_head", "nvfp4")
+_KV_0_25 = _KV_0_20 + ("int4_per_token_head",)
+_KV_0_28 = _KV_0_25 + ("nvfp4_4over6",)
+_KV_0_30 = _KV_0_28 + ("nvfp4_ds_mla",)
+_KV_0_32 = _KV_0_30 + ("ultraquant_4bit",)
+_KV_0_33 = _KV_0_32 + ("octave_k3v4", "octave_k3v3", "octave_k3v3_compact")
+
+
 def _changes() -> tuple[VllmRules, ...]:
     """The rule records, oldest first; each is the previous one with what that release changed."""
     out = [VllmRules(OLDEST, "V0 engine; budget = total x util - (free at start - free after profiling)",
@@ -341,8 +352,7 @@ def _changes() -> tuple[VllmRules, ...]:
            "cache plain under FlashInfer-sparse (SM100, 16 heads a rank or fewer)",
            cudagraphs_profiled=True, block_sizes=None, moe_chunk_tokens=None, mla_block_rule="preferred",
            dsa_block_forced=False, dsa_fp8_flashinfer="small_heads",
-           kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc",
-                            "fp8_ds_mla"))
+           kv_cache_dtypes=_KV_0_18)
     change((0, 19, 0), "SM100 runs any quantized DeepSeek-V3.2 cache on FlashInfer-sparse", dsa_fp8_flashinfer="always")
     # vllm#38270 (merged 2026-03) made resolve_cudagraph_mode_and_sizes raise where it had capped the capture
     # sizes: NVIDIA-NeMo/RL#2620 bisects it to 0.17.1 (starts) -> 0.20.0 (raises), and vllm-project/recipes#551
@@ -350,10 +360,10 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 20, 0), "utilization 0.92; CUDA-graph estimate subtracted from the budget; Nemotron-H's SSM "
            "state float32 unless the config says; a hybrid's max_num_seqs bounded by the cache's blocks; Mamba "
            "prefix caching aligned under speculative decoding; DeepSeek-V4; FlashInfer's 394 MiB workspace in the "
-           "graph estimate",
+           "graph estimate; TurboQuant, per-token-head int8/fp8 and NVFP4 caches",
            default_utilization=0.92, cudagraphs_subtracted=True, nemotron_ssm_default="float32",
            mamba_seqs_check=True, mamba_mode_default="support_unless_spec", dsv4=True,
-           flashinfer_workspace="fixed")
+           flashinfer_workspace="fixed", kv_cache_dtypes=_KV_0_20)
     change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len); an off-stride step is captured",
            v1_tokens_rule="concurrency", capture_step=True)
     change((0, 21, 0), "the model loads with the allocator's max_split_size at 20 MiB: large weights count whole "
@@ -379,7 +389,7 @@ def _changes() -> tuple[VllmRules, ...]:
            v2_listed_unquantized=False, flashinfer_min_capability=(8, 0))
     change((0, 25, 0), "Model Runner V2 default for dense models and three MoE architectures: one float32 copy "
            "of the logits in the profiled sampler, no CUDA-graph estimate; FlashInfer decodes through XQA on "
-           "SM90", v2_runner="dense", xqa_majors=(9,),
+           "SM90; an int4 per-token-head cache", v2_runner="dense", xqa_majors=(9,), kv_cache_dtypes=_KV_0_25,
            v2_architectures=("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "Qwen2MoeForCausalLM"))
     # vllm#50780 (open): the estimator is unchanged from 0.23, but from 0.26.0 the GDN decode-with-context path
     # its FULL warm-up runs leaves a transient that grows with max_num_batched_tokens (op not pinned upstream).
@@ -395,7 +405,8 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line; "
            "no bitsandbytes; 16,384 tokens and 1,024 sequences on GPUs of 160 GiB and more; V2's weights line "
            "says memory; prefix caching on a hybrid aligns its Mamba state by default; FlashInfer decodes through "
-           "XQA on SM12x too, and runs sinks there; Model Runner V2 by default for DeepSeek-V4 on CUDA",
+           "XQA on SM12x too, and runs sinks there; Model Runner V2 by default for DeepSeek-V4 on CUDA; the "
+           "nvfp4_4over6 cache", kv_cache_dtypes=_KV_0_28,
            blackwell_1024=True, combined_kv_line=True, bitsandbytes=False, v1_batch_rule="memory_tiers",
            v2_load_memory_word=True, mamba_mode_default="align", flashinfer_sink_majors=(10, 12),
            xqa_majors=(9, 12), v2_architectures=("DeepseekV2ForCausalLM", "DeepseekV4ForCausalLM",
@@ -405,12 +416,14 @@ def _changes() -> tuple[VllmRules, ...]:
            v2_runner="all", v2_cudagraphs_profiled=True, v2_sharded_sampling=True, dsv4_check="stride",
            check_null_block=True)
     change((0, 30, 0), "DeepSeek-V4 takes --kv-cache-dtype auto as fp8; a DSA top-k index group per layer; "
-           "FlashInfer runs sinks on SM90",
+           "FlashInfer runs sinks on SM90; the nvfp4_ds_mla cache (not sized)", kv_cache_dtypes=_KV_0_30,
            dsv4_auto_fp8=True, dsa_index_groups=True, flashinfer_sink_majors=(9, 10, 12))
     # v1/kv_cache_interface.py MambaSpec gains num_prefill_checkpoint_blocks at 0.29.0; mamba_mixer2.py sets it
     # to 1 from 0.32.0 (absent at 0.31.0).
-    change((0, 32, 0), "a Mamba2 mixer keeps a prefill checkpoint page in align mode", mamba2_checkpoint_page=True)
-    change((0, 33, 0), "cuBLAS handles created before the worker's snapshot", cublas_before_snapshot=True)
+    change((0, 32, 0), "a Mamba2 mixer keeps a prefill checkpoint page in align mode; the ultraquant_4bit cache "
+           "(ROCm, not sized)", mamba2_checkpoint_page=True, kv_cache_dtypes=_KV_0_32)
+    change((0, 33, 0), "cuBLAS handles created before the worker's snapshot; the octave caches (ROCm, not sized)",
+           cublas_before_snapshot=True, kv_cache_dtypes=_KV_0_33)
     return tuple(out)
 
 

@@ -25,14 +25,27 @@ class KvDtype:
     scale_bytes: int = 0
     group_elems: int | None = None
     scales_note: str = "no scales"
+    # Formats that store K and V unlike each other (vLLM's TurboQuant): V's bits, the bytes each vector adds
+    # beyond its values and scales (norms, scale and zero point), and the alignment of one head's K + V slot.
+    value_bits: int | None = None
+    key_extra_bytes: int = 0
+    value_extra_bytes: int = 0
+    slot_align: int = 1
 
-    def vector_bytes(self, n_elems: int) -> int:
+    def vector_bytes(self, n_elems: int, bits: int | None = None) -> int:
         """Bytes for one token's vector of `n_elems` values (one head's K or V, or one MLA latent)."""
-        data = cdiv(n_elems * self.bits, 8)
+        data = cdiv(n_elems * (bits or self.bits), 8)
         if self.scale_bytes == 0:
             return data
         groups = 1 if self.group_elems is None else cdiv(n_elems, self.group_elems)
         return data + groups * self.scale_bytes
+
+    def head_bytes(self, k_dim: int, v_dim: int) -> int:
+        """One token's K and V of one head. TurboQuant 3-bit keys with 4-bit values at D = 128 (vLLM's
+        turboquant_k3v4_nc): (48 + a 2 B norm) + (64 + a 2 B scale and a 2 B zero point) = 118 B, even already."""
+        slot = (self.vector_bytes(k_dim) + self.key_extra_bytes
+                + self.vector_bytes(v_dim, self.value_bits) + self.value_extra_bytes)
+        return cdiv(slot, self.slot_align) * self.slot_align
 
     @property
     def element_bytes_label(self) -> str:
@@ -54,6 +67,33 @@ INT4 = KvDtype("int4", 4, scale_bytes=4, scales_note="fp16 scale + fp16 zero poi
 # NVFP4: 4-bit values with one fp8 scale per 16 values: D/2 + D/16 bytes per head vector.
 NVFP4 = KvDtype("nvfp4", 4, scale_bytes=1, group_elems=16, scales_note="one fp8 scale per 16 values")
 
+# vLLM 0.20+'s own quantized caches (vllm/config/cache.py CacheDType; layouts in vllm_kv_quant and
+# docs/engine-rules.md 1.27). Per token and head: one fp32 scale inline for K and one for V.
+INT8_PER_TOKEN_HEAD = KvDtype("int8_per_token_head", 8, scale_bytes=4, scales_note="one fp32 scale per token and "
+                              "head, K and V each (4 B)")
+FP8_PER_TOKEN_HEAD = KvDtype("fp8_per_token_head", 8, scale_bytes=4, scales_note="one fp32 scale per token and "
+                             "head, K and V each (4 B)")
+INT4_PER_TOKEN_HEAD = KvDtype("int4_per_token_head", 4, scale_bytes=4, scales_note="a 4 B scale per token and "
+                              "head, K and V each")
+NVFP4_4OVER6 = KvDtype("nvfp4_4over6", 4, scale_bytes=1, group_elems=16, scales_note="one fp8 scale per 16 values")
+# TurboQuant (turboquant/config.py TQ_PRESETS, slot_size_aligned): keys fp8 (k8v4) or Lloyd-Max codes with an
+# fp16 norm, values as codes with an fp16 scale and zero point, the head's slot rounded up to even bytes.
+_TQ_VALUES = "values with an fp16 scale and zero point"
+TURBOQUANT = {
+    "turboquant_k8v4": KvDtype("turboquant_k8v4", 8, value_bits=4, value_extra_bytes=4, slot_align=2,
+                               scales_note=f"fp8 keys; 4-bit {_TQ_VALUES}"),
+    "turboquant_4bit_nc": KvDtype("turboquant_4bit_nc", 4, value_bits=4, key_extra_bytes=2, value_extra_bytes=4,
+                                  slot_align=2, scales_note=f"4-bit keys with an fp16 norm; 4-bit {_TQ_VALUES}"),
+    "turboquant_k3v4_nc": KvDtype("turboquant_k3v4_nc", 3, value_bits=4, key_extra_bytes=2, value_extra_bytes=4,
+                                  slot_align=2, scales_note=f"3-bit keys with an fp16 norm; 4-bit {_TQ_VALUES}"),
+    "turboquant_3bit_nc": KvDtype("turboquant_3bit_nc", 3, value_bits=3, key_extra_bytes=2, value_extra_bytes=4,
+                                  slot_align=2, scales_note=f"3-bit keys with an fp16 norm; 3-bit {_TQ_VALUES}"),
+}
+VLLM_KV_DTYPES: dict[str, KvDtype] = {
+    d.name: d for d in (INT8_PER_TOKEN_HEAD, FP8_PER_TOKEN_HEAD, INT4_PER_TOKEN_HEAD, NVFP4_4OVER6,
+                        *TURBOQUANT.values())
+}
+
 _KV_ALIASES: dict[str, KvDtype] = {
     "fp32": FLOAT32,
     "float32": FLOAT32,
@@ -70,6 +110,7 @@ _KV_ALIASES: dict[str, KvDtype] = {
     "int8": INT8,
     "int4": INT4,
     "nvfp4": NVFP4,
+    **VLLM_KV_DTYPES,
 }
 
 KV_DTYPE_CHOICES = ("auto", "fp32", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "nvfp4")
@@ -152,6 +193,7 @@ def resolve_kv_dtype(name: str, model_dtype: str) -> KvDtype:
         key = served
     if key not in _KV_ALIASES:
         raise InputError(
-            f"unknown KV cache dtype '{name}'; use one of {', '.join(KV_DTYPE_CHOICES)}"
+            f"unknown KV cache dtype '{name}'; use one of {', '.join(KV_DTYPE_CHOICES)} (vLLM 0.20+ also "
+            f"{', '.join(VLLM_KV_DTYPES)})"
         )
     return _KV_ALIASES[key]

@@ -109,7 +109,7 @@ class AttentionSpec(LayerSpec):
         return kv_heads_per_rank(self.num_kv_heads, tp)
 
     def kv_bytes_per_token(self, kv: KvDtype, tp: int = 1) -> int:
-        return self.kv_heads(tp) * (kv.vector_bytes(self.head_dim) + kv.vector_bytes(self.v_dim))
+        return self.kv_heads(tp) * kv.head_bytes(self.head_dim, self.v_dim)
 
     def resident_tokens(self, seq_tokens: int) -> int:
         window = self.window_tokens
