@@ -13,7 +13,6 @@ from kvplan.engines.vllm_versions import VllmRules
 from kvplan.model.dtypes import TURBOQUANT, VLLM_KV_DTYPES
 from kvplan.model.specs import LayerKind, ModelSpec
 
-PER_TOKEN_HEAD = ("int8_per_token_head", "fp8_per_token_head", "int4_per_token_head")
 NVFP4 = ("nvfp4", "nvfp4_4over6")
 # Names vLLM takes that kvplan does not size: ROCm-only formats and DeepSeek-V3.2's NVFP4 latent.
 UNSIZED = ("nvfp4_ds_mla", "ultraquant_4bit", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact")
