@@ -189,7 +189,10 @@ def deployments(draw):
                           shared_prefix_tokens=draw(st.integers(0, length - 1))),
         parallelism=Parallelism(tp=1 if single else draw(st.sampled_from([1, 2, 3, 4, 8])),
                                 pp=1 if single else draw(st.sampled_from([1, 2]))),
-        kv_cache_dtype=draw(st.sampled_from(["auto", "fp8", "fp8_e4m3", "int8"])) if not single else "auto",
+        # vLLM's own quantized caches too (engine-rules 1.27): TurboQuant's unequal pages, nvfp4's refusals off
+        # Blackwell; the other engines refuse them.
+        kv_cache_dtype=draw(st.sampled_from(["auto", "fp8", "fp8_e4m3", "int8", "int8_per_token_head",
+                                             "turboquant_k3v4_nc", "nvfp4"])) if not single else "auto",
         instances=draw(st.integers(1, 4)),
     )
 
