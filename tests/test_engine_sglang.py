@@ -326,3 +326,21 @@ def test_state_pool_uses_sglangs_own_state_dtypes():
     # request, where vLLM keeps both in bf16 (36 x 1,097,728).
     r = plan_sglang(_d("Qwen/Qwen3-Next-80B-A3B-Thinking", gpu=custom_gpu(200 * GiB)))
     assert r.state_bytes == 36 * 2_146_304 == 77_266_944
+
+
+def test_fp4_e2m1_cells_as_get_cell_size_per_token_counts_them():
+    # torch.float4_e2m1fn_x2 holds two values a byte, and the cell adds one scale byte per 16 values:
+    # Llama-3.1-8B (8 KV heads, 128 wide, 32 layers), (8 x 256 x 32) // 2 + (8 x 128 x 32 x 2) // 16 = 32,768 +
+    # 4,096 = 36,864 B a token; DeepSeek-V2-Lite's latent (512 + 64) x 27 // 2 + (576 // 16) x 27 = 7,776 + 972
+    # = 8,748 B. MLA pools take it from 0.5.5 (0.5.4.post3), MHA pools from 0.5.6 (0.5.5.post3).
+    def deployment(name: str, version: str) -> Deployment:
+        return Deployment(model=resolve_model(name, offline=True).model, gpu=find_gpu("B200"),
+                          parallelism=Parallelism(), workload=Workload(8192, 1), kv_cache_dtype="fp4_e2m1",
+                          engine=SglangOptions(version=version))
+
+    assert plan_sglang(deployment("meta-llama/Llama-3.1-8B-Instruct", "0.5.6")).cell_size_bytes == 36_864
+    assert plan_sglang(deployment("deepseek-ai/DeepSeek-V2-Lite-Chat", "0.5.5")).cell_size_bytes == 8_748
+    for name, version, says in (("meta-llama/Llama-3.1-8B-Instruct", "0.5.5", "MLA models only"),
+                                ("deepseek-ai/DeepSeek-V2-Lite-Chat", "0.5.3", "no fp4_e2m1 KV cache")):
+        refusal = plan(deployment(name, version)).account.refusal
+        assert refusal is not None and refusal.code == "kv_dtype" and says in refusal.message

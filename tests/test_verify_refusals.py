@@ -98,11 +98,11 @@ def test_a_ring_one_block_short_is_caught_by_the_check():
 
 
 def test_vllm_only_cache_layouts_are_sized_not_verified():
-    # TurboQuant and the per-token-head kinds are vLLM kernels' own layouts: verify names the formats it stores.
+    # TurboQuant, the per-token-head kinds and SGLang's fp4_e2m1 are engine kernels' own layouts.
     from kvplan.errors import InputError
     from kvplan.verify.setup import VerifyRequest, prepare
 
-    for name in ("turboquant_k8v4", "int8_per_token_head"):
-        with pytest.raises(InputError, match=f"--kv-cache-dtype {name} is a layout of vLLM's own kernels"):
+    for name in ("turboquant_k8v4", "int8_per_token_head", "fp4_e2m1"):
+        with pytest.raises(InputError, match=f"--kv-cache-dtype {name} is a layout of an engine's own kernels"):
             prepare(VerifyRequest(model="meta-llama/Llama-3.2-1B-Instruct", seq_tokens=20, steps=2,
                                   kv_cache_dtype=name, offline=True))

@@ -49,8 +49,9 @@ def test_the_meter_counts_requested_bytes_not_the_block_the_allocator_handed_out
 
 
 def test_every_kv_format_has_a_check_tolerance():
-    # vLLM's own layouts (per-token-head, nvfp4_4over6, TurboQuant) are sized, not stored: verify refuses them.
-    names = {v.name for v in vars(dtypes).values() if isinstance(v, dtypes.KvDtype)} - set(dtypes.VLLM_KV_DTYPES)
+    # Engines' own layouts (vLLM's per-token-head, nvfp4_4over6, TurboQuant; SGLang's fp4_e2m1) are sized, not
+    # stored: verify refuses them.
+    names = {v.name for v in vars(dtypes).values() if isinstance(v, dtypes.KvDtype)} - set(dtypes.ENGINE_KV_DTYPES)
     assert names == set(ROUNDOFF)
     # bf16 keeps 8 significant bits: a rounding flip moves an element by up to 2^-8 = 0.00390625 relative,
     # above float32's 1e-4 floor; a float32 cache keeps the floor.

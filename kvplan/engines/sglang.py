@@ -51,7 +51,12 @@ SWA_FULL_TOKENS_RATIO = 0.8  # ServerArgs.swa_full_tokens_ratio
 MAMBA_FULL_MEMORY_RATIO = 0.9
 FIXED_MAMBA_SLOTS = 512  # max_mamba_cache_size when neither it nor max_running_requests is given (0.5.3)
 # SGLang's --kv-cache-dtype choices.
-KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2", "bf16", "bfloat16")
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2", "bf16", "bfloat16", "fp4_e2m1")
+# fp4_e2m1 (torch.float4_e2m1fn_x2, two values a byte; get_cell_size_per_token adds one scale byte per 16
+# values): an MLA cell from sgl-project/sglang@76196b3 (2025-11-01, first in 0.5.4.post3), an MHA cell from
+# @6d5e16f (2025-11-14, first in 0.5.5.post3). kvplan reads a release to its patch, so from 0.5.5 and 0.5.6.
+FP4_KV_MLA: Release = (0, 5, 5)
+FP4_KV_MHA: Release = (0, 5, 6)
 # Which pool holds a layer's cache, by the layer's kind: full-attention tokens, sliding-window tokens, per-request
 # state, or none. Llama 4's chunked layers count as full (SGLang's own chunk pool is not modelled).
 KIND_RULES: dict[LayerKind, str | None] = {
@@ -343,6 +348,19 @@ def _page_size(o: SglangOptions, rules: SglangRelease) -> tuple[int, str | None]
     return page, None
 
 
+def _fp4_refusal(d: Deployment) -> str | None:
+    """Where SGLang does not size a pool for --kv-cache-dtype fp4_e2m1 (FP4_KV_MLA, FP4_KV_MHA)."""
+    if d.kv_cache_dtype.lower() != "fp4_e2m1" or not isinstance(d.engine, SglangOptions):
+        return None
+    release = release_of(d.engine.version)
+    if release < FP4_KV_MLA:
+        return f"SGLang {d.engine.version} has no fp4_e2m1 KV cache (from 0.5.4.post3); use fp8_e4m3."
+    if d.model.geometry.mla is None and release < FP4_KV_MHA:
+        return (f"SGLang {d.engine.version} sizes fp4_e2m1 pools for MLA models only (MHA from 0.5.5.post3); "
+                "use fp8_e4m3.")
+    return None
+
+
 def plan_sglang(d: Deployment) -> SglangReport:
     """SGLang's token pools for `d` on the rank of its fullest pipeline stage."""
     o = d.engine
@@ -437,6 +455,9 @@ def _refusal(d: Deployment, r: SglangReport | None) -> Refusal | None:
             f"SGLang's --kv-cache-dtype takes {', '.join(KV_CACHE_DTYPES)}; not {d.kv_cache_dtype!r}.",
             "kv_cache_dtype",
         )
+    fp4 = _fp4_refusal(d)
+    if fp4 is not None:
+        return Refusal("kv_dtype", fp4, "kv_cache_dtype")
     if d.parallelism.pp > d.model.num_layers:
         return Refusal("pp_layers", f"--pp-size {d.parallelism.pp} exceeds the model's {d.model.num_layers} layers.",
                        "parallelism.pp")

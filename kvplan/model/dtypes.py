@@ -89,6 +89,8 @@ TURBOQUANT = {
     "turboquant_3bit_nc": KvDtype("turboquant_3bit_nc", 3, value_bits=3, key_extra_bytes=2, value_extra_bytes=4,
                                   slot_align=2, scales_note=f"3-bit keys with an fp16 norm; 3-bit {_TQ_VALUES}"),
 }
+# SGLang's fp4_e2m1 (torch.float4_e2m1fn_x2): its cell size counts one scale byte per 16 values.
+FP4_E2M1 = KvDtype("fp4_e2m1", 4, scale_bytes=1, group_elems=16, scales_note="one scale byte per 16 values")
 VLLM_KV_DTYPES: dict[str, KvDtype] = {
     d.name: d for d in (INT8_PER_TOKEN_HEAD, FP8_PER_TOKEN_HEAD, INT4_PER_TOKEN_HEAD, NVFP4_4OVER6,
                         *TURBOQUANT.values())
@@ -110,8 +112,11 @@ _KV_ALIASES: dict[str, KvDtype] = {
     "int8": INT8,
     "int4": INT4,
     "nvfp4": NVFP4,
+    "fp4_e2m1": FP4_E2M1,
     **VLLM_KV_DTYPES,
 }
+# Layouts an engine's own kernels define: sized, but not formats `verify` stores.
+ENGINE_KV_DTYPES: dict[str, KvDtype] = {**VLLM_KV_DTYPES, FP4_E2M1.name: FP4_E2M1}
 
 KV_DTYPE_CHOICES = ("auto", "fp32", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "nvfp4")
 

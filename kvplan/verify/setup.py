@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from kvplan.capacity.kv import KindKv, KvEstimate, KvRequest, estimate_kv, pp_stage_layers
 from kvplan.errors import InputError
-from kvplan.model.dtypes import VLLM_KV_DTYPES, KvDtype, resolve_kv_dtype, serving_dtype
+from kvplan.model.dtypes import ENGINE_KV_DTYPES, KvDtype, resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import LayerKind, LayerSpec, ModelSpec
 from kvplan.records import dataclass
 from kvplan.sources.resolve import resolve_model
@@ -128,10 +128,10 @@ def prepare(req: VerifyRequest) -> VerifySetup:
         notices.append(f"--fraction {req.fraction:g}: batch scaled from {req.batch} to {batch} requests")
     dtype = req.dtype or serving_dtype(model.config_dtype)
     kv_dtype = resolve_kv_dtype(req.kv_cache_dtype, dtype)
-    if kv_dtype.name in VLLM_KV_DTYPES:
-        raise InputError(f"--kv-cache-dtype {kv_dtype.name} is a layout of vLLM's own kernels, which verify does not "
-                         "run; verify int8, int4 or nvfp4 (the same bytes for the per-token-head kinds), or size it "
-                         "with kvplan estimate --engine vllm")
+    if kv_dtype.name in ENGINE_KV_DTYPES:
+        raise InputError(f"--kv-cache-dtype {kv_dtype.name} is a layout of an engine's own kernels, which verify "
+                         "does not run; verify int8, int4 or nvfp4 (the same bytes for the per-token-head kinds and "
+                         "fp4_e2m1), or size it with kvplan estimate --engine vllm or sglang")
     if req.decode_layers is not None and req.decode_layers < 1:
         raise InputError("--decode-layers must be >= 1")
     estimate, layers = _plan_layers(model, kv_dtype, req, seq_tokens, batch)
