@@ -102,3 +102,20 @@ def test_cli_flags_belong_to_trtllm(runner):
     assert r.exit_code == 2
     assert "--max-batch-size is an option of --engine trtllm, not vllm; vllm's counterpart is --max-num-seqs" in \
         r.output
+
+
+def test_nvfp4_cache_bytes_and_where_it_runs():
+    # get_cache_bytes_per_token: 2 x 32 x 32 x 128 = 262,144 values a token, half a byte each plus one fp8 scale
+    # per 16: 131,072 + 16,384 = 147,456 B. The same box's 62,330,712,883 B hold 422,707 tokens, 13,210 blocks.
+    from kvplan.hardware.gpus import find_gpu
+
+    def on(key: str):
+        d = _d(kv_cache_dtype="nvfp4")
+        return plan(replace(d, gpu=replace(find_gpu(key), total_memory_bytes=80 * GiB))).account
+
+    a = on("B200")
+    assert a.pools[0].unit_bytes == 32 * 147_456
+    assert a.detail["tokens_from_memory"] == 62_330_712_883 // 147_456 == 422_707
+    assert a.pools[0].budget_units == 13_210
+    refused = on("H100").refusal
+    assert refused is not None and refused.code == "kv_dtype" and "Blackwell" in refused.message

@@ -28,6 +28,7 @@ from kvplan.engines.box import BoxTerms, box_terms
 from kvplan.engines.release import CURRENT
 from kvplan.engines.vllm_memory import WeightSplit, activation_peak_bytes, non_torch_for, weights_per_stage
 from kvplan.errors import FieldError
+from kvplan.hardware.gpus import COMPUTE_CAPABILITY
 from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import LayerKind, ModelSpec
 from kvplan.records import dataclass
@@ -42,8 +43,10 @@ DEFAULT_MAX_NUM_TOKENS = 8192  # BaseLlmArgs.max_num_tokens
 # borrowed and labelled so. The CUDA context, cuBLAS and NCCL: vLLM's figures by GPU class and tp
 # (vllm_memory.NON_TORCH), context included, since TensorRT-LLM measures after everything started.
 CUDA_GRAPH_BYTES = round(0.85 * GiB)
-# kv_cache_config.dtype choices kvplan maps onto a KV dtype.
-KV_CACHE_DTYPES = ("auto", "fp8", "bf16", "bfloat16", "fp16", "float16")
+# kv_cache_config.dtype choices kvplan maps onto a KV dtype. nvfp4 (KVCacheManager.get_cache_bytes_per_token):
+# half a byte a value and one fp8 scale per 16 values, 144 B a head of 128 for K and V; FP4 needs Blackwell.
+KV_CACHE_DTYPES = ("auto", "fp8", "bf16", "bfloat16", "fp16", "float16", "nvfp4")
+FP4_MIN_CAPABILITY = (10, 0)
 # Layer kinds whose per-token KV TensorRT-LLM's paged cache holds (sliding windows and Llama 4's chunks count in
 # full: its per-window pools are not modelled, which over-counts their need); state kinds are not modelled.
 KIND_RULES: dict[LayerKind, str | None] = {
@@ -160,6 +163,10 @@ def _refusal(d: Deployment, o: TrtllmOptions) -> Refusal | None:
     if d.kv_cache_dtype.lower() not in KV_CACHE_DTYPES:
         return Refusal("kv_dtype", f"TensorRT-LLM's kv_cache_config.dtype takes {', '.join(KV_CACHE_DTYPES)} here; "
                        f"not {d.kv_cache_dtype!r}.", "kv_cache_dtype")
+    capability = COMPUTE_CAPABILITY.get(d.gpu.key) if d.gpu.vendor == "nvidia" else None
+    if d.kv_cache_dtype.lower() == "nvfp4" and (capability is None or capability < FP4_MIN_CAPABILITY):
+        return Refusal("kv_dtype", "TensorRT-LLM's nvfp4 KV cache runs on Blackwell (SM100 and later); use fp8.",
+                       "kv_cache_dtype")
     fraction = o.free_gpu_memory_fraction
     if fraction is not None and fraction >= 1.0:
         # BaseKVCacheManager::calculateFreeMemBytes (C++): the Python config accepts 1.0, the C++ check does not.
