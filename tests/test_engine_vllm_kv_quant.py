@@ -112,6 +112,7 @@ def test_where_vllm_has_no_backend_the_plan_says_why(version: str, gpu: str, kv:
 
 
 def test_nvfp4_runs_beyond_blackwell_from_032() -> None:
+    # On an H100 from 0.32 the block is Blackwell's: 16 tokens x 32 layers x 8 heads x 144 B = 589,824 B.
     r = plan_vllm(LLAMA, VllmFlags(max_model_len=8192, version="0.32.0", kv_cache_dtype="nvfp4"), H100)
     assert r.stages[0].layout.bytes_per_block == 589_824
 

@@ -14,7 +14,7 @@ from typing import ClassVar, Protocol
 
 from kvplan.errors import FieldError, InputError
 from kvplan.hardware.gpus import GpuSpec
-from kvplan.model.dtypes import KV_DTYPE_CHOICES, resolve_kv_dtype, served_dtype
+from kvplan.model.dtypes import kv_dtype_problem, resolve_kv_dtype, served_dtype
 from kvplan.model.specs import ModelSpec
 from kvplan.records import dataclass
 
@@ -239,8 +239,7 @@ class Deployment:
         try:
             resolve_kv_dtype(self.kv_cache_dtype, "bfloat16")
         except InputError:
-            raise FieldError("kv_cache_dtype", f"unknown KV cache dtype; use one of {', '.join(KV_DTYPE_CHOICES)}",
-                             self.kv_cache_dtype) from None
+            raise FieldError("kv_cache_dtype", kv_dtype_problem(self.kv_cache_dtype), self.kv_cache_dtype) from None
         if self.workload.shared_prefix_tokens >= self.max_model_len:
             raise FieldError(
                 "workload.shared_prefix_tokens",

@@ -28,7 +28,6 @@ from kvplan.engines.box import BoxTerms, box_terms
 from kvplan.engines.release import CURRENT
 from kvplan.engines.vllm_memory import WeightSplit, activation_peak_bytes, non_torch_for, weights_per_stage
 from kvplan.errors import FieldError
-from kvplan.hardware.gpus import COMPUTE_CAPABILITY
 from kvplan.model.dtypes import resolve_kv_dtype, serving_dtype
 from kvplan.model.specs import LayerKind, ModelSpec
 from kvplan.records import dataclass
@@ -163,7 +162,7 @@ def _refusal(d: Deployment, o: TrtllmOptions) -> Refusal | None:
     if d.kv_cache_dtype.lower() not in KV_CACHE_DTYPES:
         return Refusal("kv_dtype", f"TensorRT-LLM's kv_cache_config.dtype takes {', '.join(KV_CACHE_DTYPES)} here; "
                        f"not {d.kv_cache_dtype!r}.", "kv_cache_dtype")
-    capability = COMPUTE_CAPABILITY.get(d.gpu.key) if d.gpu.vendor == "nvidia" else None
+    capability = d.gpu.compute_capability
     if d.kv_cache_dtype.lower() == "nvfp4" and (capability is None or capability < FP4_MIN_CAPABILITY):
         return Refusal("kv_dtype", "TensorRT-LLM's nvfp4 KV cache runs on Blackwell (SM100 and later); use fp8.",
                        "kv_cache_dtype")

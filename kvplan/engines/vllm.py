@@ -67,7 +67,7 @@ from kvplan.engines.vllm_profile import ProfileUse, apply_profile
 from kvplan.engines.vllm_speculative import proposer_buffer_bytes
 from kvplan.engines.vllm_versions import VllmRules, engine_for, parse_release, rules_for
 from kvplan.errors import FieldError, InputError
-from kvplan.hardware.gpus import COMPUTE_CAPABILITY, GpuSpec
+from kvplan.hardware.gpus import GpuSpec
 from kvplan.model.dtypes import KvDtype, normalize_weight_dtype, resolve_kv_dtype, serving_dtype, weight_dtype_bytes
 from kvplan.model.specs import LayerKind, LayerSpec, ModelSpec
 from kvplan.records import dataclass
@@ -453,9 +453,8 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         kv_name = dsv4_kv_dtype(rules, kv_name, flags.version)
         sparse_mla_gpu(rules, gpu_key=gpu.key, vendor=gpu.vendor, version=flags.version, model="DeepSeek-V4")
         block_size = DSV4_BLOCK_TOKENS
-    capability = COMPUTE_CAPABILITY.get(gpu.key) if gpu.vendor == "nvidia" else None
-    quant_refused = quant_kv_refusal(model, rules, flags.version, kv_name, capability=capability, vendor=gpu.vendor,
-                                     dtype=dtype)
+    quant_refused = quant_kv_refusal(model, rules, flags.version, kv_name, capability=gpu.compute_capability,
+                                     vendor=gpu.vendor, dtype=dtype)
     if quant_refused is not None:
         raise FieldError("engine.kv_cache_dtype", quant_refused, kv_name)
     block_size = quant_block_size(model, rules, flags.version, kv_name, block_size)
@@ -629,7 +628,7 @@ def _built_buffers(model: ModelSpec, f: ResolvedFlags, gpu: GpuSpec) -> tuple[in
                                     draft=f.num_speculative_tokens > 0)
     every += quant_buffer_bytes(model, f.rules, f.version, f.kv_cache_dtype.name,
                                 stages=pp_stage_layers(model.num_layers, f.pp), tp=f.tp,
-                                capability=COMPUTE_CAPABILITY.get(gpu.key) if gpu.vendor == "nvidia" else None,
+                                capability=gpu.compute_capability,
                                 max_num_seqs=f.max_num_seqs, max_num_batched_tokens=f.max_num_batched_tokens)
     if f.dsa_storage is not None:
         every += dsa_buffer_bytes(model, f.rules, max_num_batched_tokens=f.max_num_batched_tokens,
@@ -838,7 +837,7 @@ def plan_vllm(
     modes = capture_sizes(rules, f.engine, gpu, max_num_seqs=f.max_num_seqs,
                           max_num_batched_tokens=f.max_num_batched_tokens, enforce_eager=flags.enforce_eager,
                           lora=f.lora is not None, decode_query_len=1 + f.num_speculative_tokens)
-    capability = COMPUTE_CAPABILITY.get(gpu.key) if gpu.vendor == "nvidia" and f.engine == "v1" else None
+    capability = gpu.compute_capability if f.engine == "v1" else None
     attention = attention_path(model, rules, capability, f.kv_cache_dtype.name)
     if (attention is not None and capability is not None and f.num_speculative_tokens
             and not attention.full_graphs_with_drafts(capability[0])):

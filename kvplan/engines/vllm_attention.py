@@ -75,7 +75,7 @@ def attention_path(
     if not heads:
         return None
     head = max(heads)
-    sinks = any(g.name == "attention_sinks" for g in model.param_groups)
+    sinks = model.attention_sinks
     # vLLM's own quantized caches (vllm_kv_quant): the per-token-head kinds run on Triton, TurboQuant on its
     # backend, NVFP4 on FlashInfer only.
     if kv_cache_dtype.endswith("_per_token_head") or kv_cache_dtype.startswith("turboquant_"):

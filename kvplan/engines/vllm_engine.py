@@ -27,7 +27,7 @@ from kvplan.engines.vllm_calibration import calibration_for
 from kvplan.engines.vllm_dsa import dsa_note
 from kvplan.engines.vllm_dsv4 import dsv4_notes, sparse_mla_refusal
 from kvplan.engines.vllm_kv import KvCacheLayout
-from kvplan.engines.vllm_kv_quant import UNSIZED, quant_kv_refusal, quant_note
+from kvplan.engines.vllm_kv_quant import quant_kv_refusal, quant_note
 from kvplan.engines.vllm_lora import LoraSlots
 from kvplan.engines.vllm_memory import StageMemory, WeightSplit
 from kvplan.engines.vllm_mla import dense_mla_layer
@@ -35,7 +35,6 @@ from kvplan.engines.vllm_mxfp4 import release_backend
 from kvplan.engines.vllm_speculative import proposer_buffer_bytes
 from kvplan.engines.vllm_versions import VllmRules, engine_for, rules_for
 from kvplan.errors import FieldError
-from kvplan.hardware.gpus import COMPUTE_CAPABILITY
 from kvplan.model.dtypes import VLLM_KV_DTYPES, normalize_weight_dtype, serving_dtype, weight_dtype_bytes
 from kvplan.model.specs import LayerKind, ModelSpec
 from kvplan.records import dataclass
@@ -130,22 +129,22 @@ def _config_refusal(d: Deployment, o: VllmOptions) -> Refusal | None:
     rules = o.rules
     taken = [c for c in rules.kv_cache_dtypes if c in SIZED_KV_DTYPES]
     kv = d.kv_cache_dtype.lower()
-    if kv in rules.kv_cache_dtypes and kv in UNSIZED:
-        return Refusal("kv_dtype", f"vLLM {o.version} takes --kv-cache-dtype {kv}, but kvplan does not size it "
-                       "(ROCm-only formats, DeepSeek-V3.2's NVFP4 latent).", "kv_cache_dtype")
-    if (kv if kv != "bf16" else "bfloat16") not in taken:
+    named = kv if kv != "bf16" else "bfloat16"
+    # A cache the release takes but cannot run here, or that kvplan does not size (vllm_kv_quant).
+    if named in rules.kv_cache_dtypes:
+        dtype = (serving_dtype(d.model.config_dtype) if d.weights.dtype in (None, "auto")
+                 else normalize_weight_dtype(d.weights.dtype))
+        quant = quant_kv_refusal(d.model, rules, o.version, kv, capability=d.gpu.compute_capability,
+                                 vendor=d.gpu.vendor, dtype=dtype)
+        if quant is not None:
+            return Refusal("kv_dtype", quant + ".", "kv_cache_dtype")
+    if named not in taken:
         return Refusal(
             "kv_dtype",
             f"vLLM {o.version}'s --kv-cache-dtype takes {', '.join(taken)} (of what kvplan sizes); "
             f"not {d.kv_cache_dtype!r}.",
             "kv_cache_dtype",
         )
-    capability = COMPUTE_CAPABILITY.get(d.gpu.key) if d.gpu.vendor == "nvidia" else None
-    quant = quant_kv_refusal(d.model, rules, o.version, kv, capability=capability, vendor=d.gpu.vendor,
-                             dtype=serving_dtype(d.model.config_dtype) if d.weights.dtype in (None, "auto")
-                             else normalize_weight_dtype(d.weights.dtype))
-    if quant is not None:
-        return Refusal("kv_dtype", quant[0].upper() + quant[1:] + ".", "kv_cache_dtype")
     sparse = sparse_mla_refusal(d.model, rules, o.version, kv_cache_dtype=kv, block_size=o.block_size)
     if sparse is not None:
         return sparse

@@ -10,7 +10,7 @@ Only the settings kvplan plans are read here; docs/engine-rules.md 1.1 lists the
 from __future__ import annotations
 
 from kvplan.engines.vllm_versions import Release
-from kvplan.hardware.gpus import COMPUTE_CAPABILITY, GpuSpec
+from kvplan.hardware.gpus import GpuSpec
 from kvplan.model.specs import LayerKind, ModelSpec
 from kvplan.records import dataclass
 
@@ -47,7 +47,7 @@ def v1_fallback(
     """The first setting, in the oracle's order, that sends this 0.8-0.10 release to V0; None where V1 runs."""
     if not (0, 8, 0) <= release < (0, 11, 0):
         return None
-    capability = COMPUTE_CAPABILITY.get(gpu.key) if gpu.vendor == "nvidia" else None
+    capability = gpu.compute_capability
     first, end = V0_ONLY.get(model.architecture, ((0, 0, 0), (0, 0, 0)))
     checks: list[tuple[bool, Fallback]] = [
         # T4 (7.5) and V100 (7.0) until 0.10.1

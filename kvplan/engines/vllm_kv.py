@@ -217,7 +217,7 @@ def uniform_type_layout(specs: list[VllmLayerSpec], block_size: int) -> KvCacheL
     block_bytes = sum(pages)
     group = KvGroup("full_attention", len(specs), 0, max(s.bytes_per_token for s in specs), 0, block_size,
                     page_bytes=block_bytes)
-    return KvCacheLayout((group,), len(specs), max(pages), pool_block_bytes=block_bytes, check_block_bytes=block_bytes)
+    return KvCacheLayout((group,), len(specs), max(pages), pool_block_bytes=block_bytes)
 
 
 def _unified_block(block: int, page: int, largest: int) -> int:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from kvplan.engines.release import Release, parse_release
 from kvplan.engines.vllm_versions import VllmRules
-from kvplan.model.dtypes import TURBOQUANT, VLLM_KV_DTYPES
+from kvplan.model.dtypes import TURBOQUANT, UNSIZED_KV_DTYPES, VLLM_KV_DTYPES, kv_dtype_problem
 from kvplan.model.specs import LayerKind, ModelSpec
+from kvplan.units import round_up
 
 NVFP4 = ("nvfp4", "nvfp4_4over6")
-# Names vLLM takes that kvplan does not size: ROCm-only formats and DeepSeek-V3.2's NVFP4 latent.
-UNSIZED = ("nvfp4_ds_mla", "ultraquant_4bit", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact")
 # TurboQuant keeps the first and last BOUNDARY layers of a dense model in the model dtype
 # (TurboQuantConfig.get_boundary_skip_layers, n = min(2, layers // 2)).
 BOUNDARY = 2
@@ -44,18 +43,13 @@ def _has(model: ModelSpec, *kinds: LayerKind) -> bool:
     return any(spec.kind in kinds for spec in model.layers)
 
 
-def _sinks(model: ModelSpec) -> bool:
-    return any(g.name == "attention_sinks" for g in model.param_groups)
-
-
 def quant_kv_refusal(model: ModelSpec, rules: VllmRules, version: str, kv_name: str, *,
                      capability: tuple[int, int] | None, vendor: str, dtype: str) -> str | None:
     """Why vLLM `version` cannot run this cache for `model` on the GPU (as its backend selection or config
     check says it), with the fix; None where it can, or where the dtype is not one of these."""
     name = kv_name.lower()
-    if name in UNSIZED:
-        return (f"vLLM takes --kv-cache-dtype {name}, but kvplan does not size it (ROCm-only formats, DeepSeek-V3.2's "
-                "NVFP4 latent); plan with fp8 or auto")
+    if name in UNSIZED_KV_DTYPES:
+        return f"--kv-cache-dtype {name}: {kv_dtype_problem(name)}"
     if name not in VLLM_KV_DTYPES and name != "nvfp4":
         return None
     release = _release(version, rules)
@@ -63,14 +57,15 @@ def quant_kv_refusal(model: ModelSpec, rules: VllmRules, version: str, kv_name: 
     if vendor != "nvidia":
         return f"kvplan reads --kv-cache-dtype {name} from vLLM's CUDA backends only; {fix}"
     if _has(model, LayerKind.MLA, LayerKind.COMPRESSED_MLA):
-        return f"no MLA attention backend takes --kv-cache-dtype {name} (No valid attention backend found); {fix}"
+        return (f"vLLM has no MLA attention backend that takes --kv-cache-dtype {name} (No valid attention backend "
+                f"found); {fix}")
     heads = {model.geometry.head_dims[i] for i, spec in enumerate(model.layers) if hasattr(spec, "num_kv_heads")}
     sliding = _has(model, LayerKind.SLIDING_WINDOW, LayerKind.CHUNKED_LOCAL)
     major = capability[0] if capability else None
     if name in TURBOQUANT:
         if sliding:
             return f"TurboQuant has no sliding-window attention (sliding window not supported); {fix}"
-        if _sinks(model):
+        if model.attention_sinks:
             return f"TurboQuant has no attention sinks (attention sinks not supported); {fix}"
         if dtype == "float32":
             return f"TurboQuant runs float16 or bfloat16 models only; add --dtype bfloat16 or {fix}"
@@ -79,7 +74,7 @@ def quant_kv_refusal(model: ModelSpec, rules: VllmRules, version: str, kv_name: 
                     f"upgrade or {fix}")
         return None
     if major == 9 and release < _SINCE["fa3_fixed"]:
-        return (f"on Hopper, vLLM {version}'s FlashAttention 3 claims --kv-cache-dtype {name} and its cache view "
+        return (f"vLLM {version}'s FlashAttention 3 claims --kv-cache-dtype {name} on Hopper and its cache view "
                 f"fails (fixed in 0.22); upgrade, or {fix}")
     if name == "fp8_per_token_head" and release >= _SINCE["fp8_head_sm89"] and capability and capability < (8, 9):
         return f"FP8 KV cache is not supported by the Triton attention backend below SM89; {fix}"
@@ -92,7 +87,8 @@ def quant_kv_refusal(model: ModelSpec, rules: VllmRules, version: str, kv_name: 
     if name in NVFP4:
         if release < _SINCE["nvfp4"]:
             return f"vLLM {version} has no attention backend that runs nvfp4 (from 0.21, on Blackwell); {fix}"
-        anywhere = name == "nvfp4" and release >= _SINCE["nvfp4_any_gpu"] and 64 not in heads and not _sinks(model)
+        anywhere = (name == "nvfp4" and release >= _SINCE["nvfp4_any_gpu"] and 64 not in heads
+                    and not model.attention_sinks)
         if major != 10 and not (anywhere and capability is not None and capability >= (8, 0)):
             return (f"--kv-cache-dtype {name} runs on FlashInfer's SM100 path here (No valid attention backend "
                     f"found); {fix}")
@@ -113,8 +109,7 @@ def quant_block_size(model: ModelSpec, rules: VllmRules, version: str, kv_name: 
     first layer's 16-token kernel block, so A x cdiv(32, A) tokens with A = max(16, block): 16 -> 32."""
     if not boundary_layers(model, kv_name) or _release(version, rules) < _SINCE["tq_block_32"]:
         return block_size
-    step = max(16, block_size)
-    return step * -(-32 // step)
+    return round_up(32, max(16, block_size))
 
 
 def quant_buffer_bytes(model: ModelSpec, rules: VllmRules, version: str, kv_name: str, *, stages: list[range],
@@ -153,7 +148,7 @@ def quant_note(model: ModelSpec, rules: VllmRules, version: str, kv_name: str, *
         q_heads, head = max(1, model.num_attention_heads // tp), max(model.geometry.head_dims)
         kv_heads = max(1, max(getattr(s, "num_kv_heads", 0) for s in model.layers) // tp)
         decode = max_num_seqs * q_heads * (TQ_SPLITS * (head + 1) * 4 + head * 2 + 4)
-        prefill = 2 * kv_heads * (-(-(max_model_len - 1) // block_size) * block_size) * head * 2
+        prefill = 2 * kv_heads * round_up(max_model_len - 1, block_size) * head * 2
         out += (f"; its shared workspace (about {max(decode, prefill) / 2**30:.2f} GiB here) is allocated after the "
                 "KV cache is sized, in the share --gpu-memory-utilization leaves")
     return out

@@ -63,7 +63,6 @@ def backend_for(gpu: GpuSpec, *, triton_kernels: bool = True, flashinfer: bool =
     return MARLIN
 
 
-
 def expert_bytes_per_rank(
     *, experts: int, layers: int, hidden: int, intermediate: int, ranks: int, bias_bytes: int, backend: Mxfp4Backend,
 ) -> int:

@@ -50,6 +50,11 @@ class GpuSpec:
         the catalog's total, which is nvidia-smi's or the closest figure known."""
         return self.nvidia_smi_bytes or self.total_memory_bytes
 
+    @property
+    def compute_capability(self) -> tuple[int, int] | None:
+        """The NVIDIA card's (major, minor), which picks kernels and backends; None for AMD and unknown cards."""
+        return COMPUTE_CAPABILITY.get(self.key) if self.vendor == "nvidia" else None
+
 
 def _from_rounded_gib(text: str) -> int:
     """A total that a source printed only as GiB to 2 decimals, stored as the nearest whole MiB.

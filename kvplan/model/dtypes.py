@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kvplan.errors import InputError
 from kvplan.records import dataclass
-from kvplan.units import cdiv
+from kvplan.units import cdiv, round_up
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class KvDtype:
         turboquant_k3v4_nc): (48 + a 2 B norm) + (64 + a 2 B scale and a 2 B zero point) = 118 B, even already."""
         slot = (self.vector_bytes(k_dim) + self.key_extra_bytes
                 + self.vector_bytes(v_dim, self.value_bits) + self.value_extra_bytes)
-        return cdiv(slot, self.slot_align) * self.slot_align
+        return round_up(slot, self.slot_align)
 
     @property
     def element_bytes_label(self) -> str:
@@ -115,6 +115,8 @@ _KV_ALIASES: dict[str, KvDtype] = {
     "fp4_e2m1": FP4_E2M1,
     **VLLM_KV_DTYPES,
 }
+# Names vLLM takes that kvplan does not size: ROCm-only formats and DeepSeek-V3.2's NVFP4 latent (vllm_kv_quant).
+UNSIZED_KV_DTYPES = ("nvfp4_ds_mla", "ultraquant_4bit", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact")
 # Layouts an engine's own kernels define: sized, but not formats `verify` stores.
 ENGINE_KV_DTYPES: dict[str, KvDtype] = {**VLLM_KV_DTYPES, FP4_E2M1.name: FP4_E2M1}
 
@@ -197,8 +199,14 @@ def resolve_kv_dtype(name: str, model_dtype: str) -> KvDtype:
     if key == "auto":
         key = served
     if key not in _KV_ALIASES:
-        raise InputError(
-            f"unknown KV cache dtype '{name}'; use one of {', '.join(KV_DTYPE_CHOICES)} (vLLM 0.20+ also "
-            f"{', '.join(VLLM_KV_DTYPES)})"
-        )
+        raise InputError(f"--kv-cache-dtype {name}: {kv_dtype_problem(name)}")
     return _KV_ALIASES[key]
+
+
+def kv_dtype_problem(name: str) -> str:
+    """Why `name` is no KV dtype kvplan sizes, without the name (each front end shows it its own way)."""
+    if str(name).strip().lower() in UNSIZED_KV_DTYPES:
+        return ("vLLM takes it, but kvplan does not size it (ROCm-only formats, DeepSeek-V3.2's NVFP4 latent); plan "
+                "with fp8 or auto")
+    return (f"unknown KV cache dtype; use one of {', '.join(KV_DTYPE_CHOICES)} (vLLM 0.20+ also "
+            f"{', '.join(VLLM_KV_DTYPES)}; SGLang's fp4_e2m1)")

@@ -437,3 +437,9 @@ class ModelSpec:
         for spec in self.layers:
             out[spec.kind] = out.get(spec.kind, 0) + 1
         return out
+
+    @property
+    def attention_sinks(self) -> bool:
+        """Whether the attention layers keep a learned sink per head (gpt-oss), which only some engine backends
+        run: the parser counts them as their own parameter group."""
+        return any(g.name == "attention_sinks" for g in self.param_groups)
