@@ -42,6 +42,7 @@ from kvplan.calibrate.vllm_log import (  # noqa: E402
 )
 from kvplan.capacity.deployment import BoxProfile  # noqa: E402
 from kvplan.capacity.weights import CHECKPOINT_FLAGS, names_checkpoint_format  # noqa: E402
+from kvplan.engines.checkpoint_kv import checkpoint_kv_dtype  # noqa: E402
 from kvplan.engines.vllm import VllmFlags, VllmReport, graphs_charged, plan_vllm, resolve_flags  # noqa: E402
 from kvplan.engines.vllm_graphs import capture_sizes  # noqa: E402
 from kvplan.engines.vllm_lora import LoraSlots  # noqa: E402
@@ -231,7 +232,12 @@ def _flag(value: Any) -> Any:
     return value
 
 
-def _vllm_flags(row: dict, release: str, model: ModelSpec) -> tuple[VllmFlags, dict]:
+# Config relations (configs/aliases.json) where the config is the logged checkpoint's own, so its ModelOpt KV
+# quantization is the checkpoint's too; a stand-in's is not.
+OWN_CONFIG = ("library", "verbatim", "printed copy", "re-saved copy", "re-upload")
+
+
+def _vllm_flags(row: dict, release: str, model: ModelSpec, relation: str) -> tuple[VllmFlags, dict]:
     """The deployment's flags as the log states them; the dict says where each came from."""
     given: dict[str, Any] = {}
     given.update({k: _flag(v) for k, v in (row.get("flags") or {}).items()})
@@ -268,6 +274,8 @@ def _vllm_flags(row: dict, release: str, model: ModelSpec) -> tuple[VllmFlags, d
     install = install_shown(raw) or row.get("install") or "image"
     eager = given.get("enforce_eager", cfg.get("enforce_eager"))
     kv_dtype = row.get("kv_cache_dtype") or given.get("kv_cache_dtype") or cfg.get("kv_cache_dtype") or "auto"
+    if kv_dtype == "auto" and relation in OWN_CONFIG:  # what vLLM 0.14+ runs for a ModelOpt KV checkpoint
+        kv_dtype = checkpoint_kv_dtype(model, "vllm", release) or "auto"
     caching = _flag(given.get("enable_prefix_caching"))
     chunked = _flag(given.get("enable_chunked_prefill", cfg.get("enable_chunked_prefill")))
     spec = given.get("speculative_config")
@@ -347,7 +355,7 @@ def _case(row: dict, split: str, logs: Path, aliases: dict) -> Case:
         gpu, from_total = custom_gpu(round(row["total_gpu_memory_gib"] * GiB), "logged-total"), True
     if gpu is None:
         return replace(case, model=model, skip="GPU not named and no total logged")
-    flags, seen = _vllm_flags(row, release, model)
+    flags, seen = _vllm_flags(row, release, model, relation)
     if (row.get("num_gpus") or 1) > 1 and flags.tensor_parallel_size * flags.pipeline_parallel_size == 1:
         # Several GPUs and no tp / pp in the record (an excerpt that cuts the args): planning it on one GPU
         # would test a deployment nobody ran.

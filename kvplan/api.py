@@ -211,8 +211,11 @@ def estimate(req: EstimateRequest, *, fixes: bool = True) -> EstimateResult:
             results.append(GpuResult(v))
     d0 = found[0]
     dtype = req.weights.dtype or serving_dtype(model.config_dtype)
+    # The engine's own dtype where auto follows the checkpoint's KV quantization (kvplan.engines.checkpoint_kv).
+    engine_kv = results[0].verdict.deployment.kv_cache_dtype
     try:
-        kv_dtype = resolve_kv_dtype(req.kv_cache_dtype, dtype)
+        kv_dtype = resolve_kv_dtype(engine_kv if req.kv_cache_dtype.strip().lower() == "auto" else req.kv_cache_dtype,
+                                    dtype)
     except InputError:
         kv_dtype = resolve_kv_dtype("auto", dtype)  # an engine refusal says why; the neutral figures use auto
     p = req.parallelism

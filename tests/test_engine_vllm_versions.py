@@ -332,6 +332,10 @@ CHANGES = [
     # vllm/model_executor/layers/quantization/__init__.py: "bitsandbytes" is in QuantizationMethods at 0.27.1,
     # gone at 0.28.0 (with the module bitsandbytes.py).
     ("0.27.1", "0.28.0", "bitsandbytes", True, False),
+    # utils/torch_utils.py resolve_kv_cache_dtype_string (absent before 0.14.0): auto takes a ModelOpt
+    # checkpoint's FP8 KV; MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP gains "nvfp4" in 0.20.0.
+    ("0.13.0", "0.14.0", "checkpoint_kv", (), ("FP8",)),
+    ("0.19.1", "0.20.0", "checkpoint_kv", ("FP8",), ("FP8", "NVFP4")),
 ]
 
 

@@ -134,6 +134,9 @@ class SglangRelease:
     # DeepSeek-V3.2's sparse attention (NSATokenToKVPool, 0.5.3rc2+; the indexer's key in the cell size from
     # 0.5.3.post1) [2.4].
     dsa: bool = False
+    # --kv-cache-dtype auto takes fp8_e4m3 where a ModelOpt checkpoint's KV is FP8 (configure_kv_cache_dtype,
+    # sglang#10336, 0.5.3); any other KV quantization keeps the model dtype [2.7].
+    checkpoint_kv_fp8: bool = False
 
     @property
     def label(self) -> str:
@@ -149,9 +152,9 @@ RELEASES: tuple[SglangRelease, ...] = (
     SglangRelease((0, 4, 9), "0.4.9, 0.4.10, 0.5.1", _reserve_by_size, BATCH_0_4_9, "default x0.90", 1, False,
                   "fixed", "plain"),
     SglangRelease((0, 5, 3), "0.5.3 ... 0.5.20", _reserve_by_activation, BATCH_0_5_3, "vit", 0, True, "fixed",
-                  "current value", dsa=True),
+                  "current value", dsa=True, checkpoint_kv_fp8=True),
     SglangRelease((0, 5, 23), "0.5.23", _reserve_by_activation, BATCH_0_5_23, "vit", 0, True, "ratio",
-                  "raise above", dsa=True),
+                  "raise above", dsa=True, checkpoint_kv_fp8=True),
 )
 NEWEST: Release = RELEASES[-1].first
 

@@ -106,6 +106,9 @@ class VllmRules:
     kv_cache_memory_option: bool = False  # --kv-cache-memory-bytes exists (0.10.2+) [1.2]
     mamba_dtype_options: bool = False  # --mamba-cache-dtype and --mamba-ssm-cache-dtype exist (0.10.1+) [1.9]
     combined_kv_line: bool = False  # "GPU KV cache size" and "Maximum concurrency" on one line (0.28+) [1.8]
+    # The ModelOpt KV quantizations --kv-cache-dtype auto follows (resolve_kv_cache_dtype_string): FP8 from 0.14,
+    # NVFP4 too from 0.20; any other name, or an older release, keeps the model dtype [1.27]
+    checkpoint_kv: tuple[str, ...] = ()
     # V1's weights line (gpu_model_runner.load_model) [1.8]: "loading_gb" ("Loading model weights took %.4f GB",
     # 0.6.4-0.7.x), "took_gb" ("Model loading took %.4f GB and ...", 0.8.0), "took_gib" (0.8.3), "took_gib_memory"
     # ("%.4f GiB memory and ...", 0.11.1), "format_gib" ("%s GiB memory", format_gib, 0.14); Model Runner V2
@@ -338,9 +341,10 @@ def _changes() -> tuple[VllmRules, ...]:
            "sized by speculative decode steps; KV refusals link the docs", nemotron_ssm_default="float16",
            capture_spec_len=True, kv_refusal_wording="docs_link")
     change((0, 14, 0), "requested = ceil(total x util); the fused-MoE runs TritonExperts, whose workspace is "
-           "kept between steps; the start-up check names the device; log figures through format_gib",
+           "kept between steps; the start-up check names the device; log figures through format_gib; "
+           "--kv-cache-dtype auto follows a ModelOpt checkpoint's FP8 KV",
            requested_ceil=True, moe_workspace_kept=True, startup_check="device", moe_scratch="workspace",
-           v1_load_wording="format_gib")
+           v1_load_wording="format_gib", checkpoint_kv=("FP8",))
     # 0.15's MambaModelConfig: prefix caching on a hybrid sets mamba_cache_mode "all" (models that support
     # Mamba prefix caching) or "align" (the rest: gated DeltaNet), and MambaSpec.max_memory_usage_bytes then
     # counts 2 state pages a request in "align" mode, cdiv(max_model_len, block) in "all" (1 with it off).
@@ -360,10 +364,10 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 20, 0), "utilization 0.92; CUDA-graph estimate subtracted from the budget; Nemotron-H's SSM "
            "state float32 unless the config says; a hybrid's max_num_seqs bounded by the cache's blocks; Mamba "
            "prefix caching aligned under speculative decoding; DeepSeek-V4; FlashInfer's 394 MiB workspace in the "
-           "graph estimate; TurboQuant, per-token-head int8/fp8 and NVFP4 caches",
+           "graph estimate; TurboQuant, per-token-head int8/fp8 and NVFP4 caches (auto follows a ModelOpt NVFP4 KV)",
            default_utilization=0.92, cudagraphs_subtracted=True, nemotron_ssm_default="float32",
            mamba_seqs_check=True, mamba_mode_default="support_unless_spec", dsv4=True,
-           flashinfer_workspace="fixed", kv_cache_dtypes=_KV_0_20)
+           flashinfer_workspace="fixed", kv_cache_dtypes=_KV_0_20, checkpoint_kv=("FP8", "NVFP4"))
     change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len); an off-stride step is captured",
            v1_tokens_rule="concurrency", capture_step=True)
     change((0, 21, 0), "the model loads with the allocator's max_split_size at 20 MiB: large weights count whole "

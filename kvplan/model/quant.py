@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from kvplan.errors import ConfigError
@@ -89,8 +90,29 @@ def _modelopt(q: dict, source: str, where: str) -> QuantSpec:
         raise ConfigError(f"{where}.quant_algo", f"must be a string, got {algo!r}", source)
     excluded = _patterns(q, "exclude_modules", source, where) + _patterns(q, "ignore", source, where)
     if algo.upper() == "MIXED_PRECISION":
-        return _modelopt_mixed(q, excluded, source, where)
-    return _modelopt_format(algo, q.get("group_size", 16), source, f"{where}.quant_algo", excluded)
+        spec = _modelopt_mixed(q, excluded, source, where)
+    else:
+        spec = _modelopt_format(algo, q.get("group_size", 16), source, f"{where}.quant_algo", excluded)
+    return replace(spec, kv_cache_quant=_modelopt_kv(q, source, where))
+
+
+def _modelopt_kv(q: dict, source: str, where: str) -> str | None:
+    """The KV cache quantization a ModelOpt export states: `kv_cache_scheme` (newer config.json exports: a
+    compressed-tensors-style {"num_bits": 8, "type": "float", "dynamic": false}, or a name) before
+    `kv_cache_quant_algo` ("FP8", "NVFP4"), the order vLLM's get_kv_cache_quant_algo_string reads them in. A
+    dynamic 8-bit float scheme is left out: vLLM does not take it (it warns and keeps auto)."""
+    scheme = q.get("kv_cache_scheme") or q.get("kv_cache_quant_algo")
+    if scheme is None:
+        return None
+    if isinstance(scheme, str):
+        return scheme.strip().upper() or None
+    if not isinstance(scheme, dict):
+        raise ConfigError(f"{where}.kv_cache_scheme", f"must be a name or an object, got {scheme!r}", source)
+    if scheme.get("type") != "float":
+        return None
+    if scheme.get("num_bits") == 8:
+        return "FP8" if scheme.get("dynamic") is False else None
+    return "NVFP4" if scheme.get("num_bits") == 4 else None
 
 
 def _modelopt_format(algo: str, group: Any, source: str, key: str, excluded: tuple[str, ...] = ()) -> QuantSpec:

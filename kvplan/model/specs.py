@@ -327,6 +327,9 @@ class QuantSpec:
     note: str = ""
     # MIXED_PRECISION (ModelOpt): (module name, its format), sorted; empty for one format per checkpoint.
     per_module: tuple[tuple[str, QuantSpec], ...] = ()
+    # A ModelOpt checkpoint's KV cache quantization ("FP8", "NVFP4", or the name it gives), which engines
+    # follow under --kv-cache-dtype auto (kvplan.engines.checkpoint_kv); None: the checkpoint states none.
+    kv_cache_quant: str | None = None
 
 
 @dataclass(frozen=True)

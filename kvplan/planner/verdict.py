@@ -11,11 +11,12 @@ Every figure a command prints comes from here, so they cannot disagree:
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import field, replace
 
 from kvplan.capacity.deployment import MAX_CONCURRENCY, Deployment
 from kvplan.engines import get_engine
 from kvplan.engines.base import EngineAccount, KvPool
+from kvplan.engines.checkpoint_kv import auto_note, checkpoint_kv_dtype
 from kvplan.model.specs import kv_heads_per_rank
 from kvplan.planner.workload import WorkloadFit, with_prefix_hit_rate, workload_concurrency
 from kvplan.records import dataclass
@@ -156,6 +157,12 @@ def plan(d: Deployment, *, detail: bool = True) -> Verdict:
     search and the plan search skip them."""
     d.validate()
     engine = get_engine(d.engine.engine)
+    kv_notes = []
+    if d.kv_cache_dtype.strip().lower() == "auto":
+        picked = checkpoint_kv_dtype(d.model, engine.name, getattr(d.engine, "version", None))
+        if picked is not None:
+            d = replace(d, kv_cache_dtype=picked)
+            kv_notes.append(auto_note(d.model, engine.label, picked))
     account = with_prefix_hit_rate(engine.account(d), d.workload.prefix_hit_rate)
     caches = d.instances * d.parallelism.dp
     share = -(-d.workload.concurrency // caches)
@@ -188,6 +195,6 @@ def plan(d: Deployment, *, detail: bool = True) -> Verdict:
         limit=limit,
         max_requests=per_cache * caches,
         longest_context_tokens=longest,
-        notes=tuple(_notes(d, account)) + account.notes,
+        notes=tuple(kv_notes + _notes(d, account)) + account.notes,
         workload=workload_concurrency(account, d.workload, caches) if detail else None,
     )
