@@ -121,6 +121,9 @@ SGLANG = {
     "available_gpu_mem": OPT_NUM,
 }
 TRTLLM = {"num_gpus": OPT_INT, "tp": OPT_INT}
+# Keys only the later TensorRT-LLM records carry: "pytorch" (the LLM API / trtllm-serve) or "tensorrt" (an engine
+# run by the C++ executor), and the KV dtype the source states (null: not known).
+TRTLLM_OPTIONAL = {"backend": ("pytorch", "tensorrt"), "kv_cache_dtype": None}
 
 N = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"
 # field -> list of regexes; the field must equal the number captured by one of them somewhere in raw
@@ -197,6 +200,22 @@ TRTLLM_FIGS = {
     "kv_bytes": [r"Allocate " + N + r" bytes for k/v cache"],
     "kv_alloc_gib": [r"Allocated " + N + r" GiB for max tokens in paged KV cache"],
     "num_blocks_primary": [r"Number of blocks in KV cache primary pool: " + N],
+    # The PyTorch backend's memory-profiling lines (tensorrt_llm/_torch/pyexecutor/_util.py).
+    "weights_inside_torch_gib": [r"Memory used after loading model weights \(inside torch\) in memory usage profiling: "
+                                 + N + r" GiB"],
+    "weights_outside_torch_gib": [r"Memory used after loading model weights \(outside torch\) in memory usage "
+                                  r"profiling: " + N + r" GiB"],
+    "activation_gib": [r"Memory dynamically allocated during inference \(inside torch\) in memory usage profiling: "
+                       + N + r" GiB"],
+    "outside_torch_gib": [r"Memory used outside torch \(e\.g\., NCCL and CUDA graphs\) in memory usage profiling: "
+                          + N + r" GiB"],
+    "peak_gib": [r"Peak memory during memory usage profiling \(torch \+ non-torch\): " + N + r" GiB"],
+    "available_kv_profiled_gib": [r"available KV cache memory when calculating max tokens: " + N + r" GiB"],
+    "fraction_logged": [r"fraction is set " + N],
+    "kv_size_per_token": [r"kv size is " + N],
+    "device_total_gib": [r"device total memory " + N + r" GiB"],
+    "tmp_kv_gib": [r"tmp kv_mem " + N + r" GiB"],
+    "estimated_kv_gib": [r"Estimated max memory in KV cache : " + N + r" GiB"],
     "total_gib": [r"Memory usage when calculating max tokens in paged kv cache: total: " + N + r" ?GiB"],
     "available_gib": [
         r"Memory usage when calculating max tokens in paged kv cache: total: [0-9.]+ ?GiB, available: " + N + r" ?GiB"
@@ -324,6 +343,11 @@ def main(argv):
                         warnings.append(f"{where}: failed start without error_text")
                     if engine == "vllm" and rec.get("vllm_version") != rec.get("engine_version"):
                         errors.append(f"{where}: vllm_version != engine_version")
+                if engine == "trtllm":
+                    for key, allowed in TRTLLM_OPTIONAL.items():
+                        value = rec.get(key)
+                        if value is not None and (not isinstance(value, str) or (allowed and value not in allowed)):
+                            errors.append(f"{where}: {key} {value!r}")
                 figs = {"vllm": VLLM_FIGS, "sglang": SGLANG_FIGS, "trtllm": TRTLLM_FIGS}[engine]
                 check_figures(rec, figs, errors, where)
                 sig = tuple(sorted({TS.sub("", x).strip() for x in raw if KV_LINE.search(x)}))

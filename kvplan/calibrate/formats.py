@@ -34,7 +34,9 @@ def read_log(text: str, source: str, engine: str | None = None) -> StartupLog:
     if engine is not None and engine not in READERS:
         raise InputError(f"--engine must be one of {', '.join(READERS)} for calibrate, got {engine!r}")
     found = engine or detect(recs)
-    if found is None and any(w in text for w in ("[TensorRT-LLM]", "[TRT-LLM]")):
+    # TensorRT-LLM's prefixes, or its KV lines where a paste dropped them ("Allocated 4.53 GiB for max tokens in
+    # paged KV cache (395776).").
+    if found is None and any(w in text for w in ("[TensorRT-LLM]", "[TRT-LLM]", "in paged KV cache", "k/v cache")):
         raise InputError(f"{source}: a TensorRT-LLM log; kvplan calibrate reads vLLM and SGLang start-up logs")
     if found is None:
         raise InputError(f"{source}: no vLLM or SGLang start-up lines found (looked for "

@@ -11,8 +11,8 @@ model dtype, which halves the cache's bytes for FP8: nvidia/Qwen3-8B-FP8 (36 lay
 - SGLang from 0.5.3 (ModelRunner.configure_kv_cache_dtype, sglang#10336): FP8 -> fp8_e4m3 only (2.7).
 - TensorRT-LLM's PyTorch backend (KVCacheManager, tensorrt_llm/_torch/pyexecutor/resource_manager.py): the
   cache is FP8 where the checkpoint's quant config has an FP8 KV cache, NVFP4 where it has an FP4 one, else the
-  model dtype (engine-rules.md Part 3). A public 1.2.0rc2 log of nvidia/Qwen3-8B-FP8 allocates 3.17 GiB for
-  46,208 tokens: 73,728 B a token.
+  model dtype (engine-rules.md part 3); its log says so ('KV cache quantization set to "auto". Using
+  checkpoint KV quantization.', 1.1.0rc3 in benchmarks/logs/trtllm.jsonl).
 Transformers, TGI and the generic engine keep the model dtype.
 """
 
