@@ -56,6 +56,11 @@ BRANCH_MARKERS = {"candidate_kv_budget": "a PR branch: the pool follows its prin
 
 # What each log's own lines show about a start-up kvplan calls wrong (facts from the record, not excuses).
 WHY_WRONG = {
+    "sglang4895-gemma3-27b-awq-4090-not-enough-memory":
+        "Mode A, from the log's own free memory, calls the refusal: 3.64 GiB free after loading is below the "
+        "3.88 GiB that fraction 0.88 x 0.95 (a multimodal model) leaves aside on the 23.64 GiB card. Mode B plans "
+        "0.44 GiB of context where this card had 1.18 GiB in use before loading (23.64 - 3.64 - 18.82), so it "
+        "finds a 1,215-token pool: a start that cannot admit one 4,096-token request.",
     "sglang7691-deepseek-r1-rocm-dp8-negative-pool":
         "The excerpt shows rank DP0 TP0 only: 21.73 GiB free after 166.59 GiB of weights at fraction 0.95 leaves "
         "21.73 - 188.32 x 0.05 = 12.31 GiB, a positive pool, yet SGLang profiled -561,981 tokens. SGLang takes the "
@@ -150,6 +155,9 @@ def _called(logged: str, v: Verdict) -> tuple[bool | None, str]:
 
 def evaluate(rec: dict, aliases: dict) -> Row:
     log = _with_record_flags(read_log("\n".join(rec["raw"]), rec["id"]), rec)
+    # The record's outcome, as the vLLM benchmark takes it: the source's text beside an excerpt that may stop
+    # before the refusal (sglang#4895: "Not enough memory" is the issue's title, the excerpt ends at loading).
+    outcome = rec.get("outcome") or log.outcome
     version = _version(rec)
     release = version or "newest rules"
     row = Row(rec, release, rec.get("gpu_key") or "-")
@@ -183,7 +191,7 @@ def evaluate(rec: dict, aliases: dict) -> Row:
     if report.profile is not None and free is not None:
         replay = plan(replace(d, profile=report.profile))
         row.a_tokens, row.a_kv = _pool(replay)
-        row.called, row.predicted = _called(log.outcome, replay)
+        row.called, row.predicted = _called(outcome, replay)
     if gpu is not None:
         # A quantized export planned from its base model's config: kvplan would size the base model's weights, so
         # mode B takes the log's own weights as the vLLM benchmark does ("W"); everything else is the deployment's.
@@ -194,7 +202,7 @@ def evaluate(rec: dict, aliases: dict) -> Row:
             deployment = plan(replace(d, profile=pinned))
             row.weights_from_log = True
         row.b_tokens, row.b_kv = _pool(deployment)
-        row.called, row.predicted = _called(log.outcome, deployment)
+        row.called, row.predicted = _called(outcome, deployment)
     elif free is None:
         row.reason = "the log prints no free memory and the record names no GPU"
     defaults = plan(replace(d, engine=replace(options, mem_fraction_static=None)))

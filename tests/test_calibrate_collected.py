@@ -21,6 +21,8 @@ EXCERPT_SHORT = {
     "vllm33155-gpt-oss-120b-h100-0.14.1-oom": "unknown",  # the title says OOM; the excerpt stops at torch.compile
     # the poster says OOM in CUDA-graph capture; the excerpt shows the worker's exception, not its message
     "vllm17327-qwen3-30b-a3b-4xa10-tp4-0.8.5-cudagraph-oom": "other_failure",
+    # "Not enough memory" is the title; the excerpt ends at the weights line
+    "sglang4895-gemma3-27b-awq-4090-not-enough-memory": "unknown",
 }
 
 
