@@ -22,6 +22,7 @@ LLAMA = "meta-llama/Llama-3.1-8B-Instruct"  # 32 query heads, 8 KV heads of 128
 GPT_OSS = "openai/gpt-oss-20b"  # heads of 64 with attention sinks
 PHI3 = "microsoft/Phi-3-mini-4k-instruct"  # heads of 96: FlashInfer takes 64, 128, 256 (512)
 QWEN36 = "nvidia/Qwen3.6-27B-NVFP4"  # 16 gated-attention layers, 24 query heads of 256, beside 48 DeltaNet layers
+GEMMA3 = "google/gemma-3-4b-it"  # Gemma3ForConditionalGeneration, heads of 256
 
 
 @pytest.mark.parametrize(("model", "gpu", "release", "kv", "label"), [
@@ -50,19 +51,32 @@ QWEN36 = "nvidia/Qwen3.6-27B-NVFP4"  # 16 gated-attention layers, 24 query heads
     # T4 (SM75): FA needs SM80; FlashInfer takes SM75 to 0.23, Triton after.
     (LLAMA, "T4", "0.21", "auto", "FLASHINFER"),
     (LLAMA, "T4", "0.24", "auto", "TRITON_ATTN"),
+    # Gemma 3's image tokens attend both ways (model_type gemma3 is a prefix LM): only Triton and Flex support it,
+    # whatever the cache; the 0.19 fit log of gemma-3-4b-it on an H100 prints "Using TRITON_ATTN attention
+    # backend out of potential backends: ['TRITON_ATTN', 'FLEX_ATTENTION']".
+    (GEMMA3, "H100", "0.21", "auto", "TRITON_ATTN"),
+    (GEMMA3, "L4", "0.21", "fp8", "TRITON_ATTN"),
 ])
 def test_the_backend_vllm_picks(model: str, gpu: str, release: str, kv: str, label: str) -> None:
     key = find_gpu(gpu).key
     kv_name = {"auto": "bfloat16", "fp8": "fp8_e4m3"}.get(kv, kv)
-    path = attention_path(_model(model), rules_for(release), COMPUTE_CAPABILITY[key], kv_name)
+    path = attention_path(_model(model), rules_for(release), COMPUTE_CAPABILITY[key], kv_name, "bfloat16")
     assert path is not None and path.label == label
+
+
+def test_a_float32_model_runs_on_triton() -> None:
+    # FlashAttention and FlashInfer take float16 and bfloat16 only (supported_dtypes): the fit log of Llama-3.1-8B
+    # in float32 on an H100 uses TRITON_ATTN.
+    path = attention_path(_model(LLAMA), rules_for("0.21"), COMPUTE_CAPABILITY["H100-80GB"], "float32", "float32")
+    assert path is not None and path.label == "TRITON_ATTN"
 
 
 def test_no_backend_where_kvplan_does_not_pick_one() -> None:
     # Before 0.20 the estimate stays off the budget; MLA runs its own backends; AMD has no capability entry.
-    assert attention_path(_model(LLAMA), rules_for("0.19"), (8, 9), "fp8_e4m3") is None
-    assert attention_path(_model("deepseek-ai/DeepSeek-V3"), rules_for("0.27.1"), (9, 0), "bfloat16") is None
-    assert attention_path(_model(LLAMA), rules_for("0.27.1"), None, "fp8_e4m3") is None
+    assert attention_path(_model(LLAMA), rules_for("0.19"), (8, 9), "fp8_e4m3", "bfloat16") is None
+    deepseek = _model("deepseek-ai/DeepSeek-V3")
+    assert attention_path(deepseek, rules_for("0.27.1"), (9, 0), "bfloat16", "bfloat16") is None
+    assert attention_path(_model(LLAMA), rules_for("0.27.1"), None, "fp8_e4m3", "bfloat16") is None
 
 
 def test_flashinfer_bytes_in_the_estimate() -> None:
@@ -106,13 +120,17 @@ def test_an_fp8_cache_on_an_l40s_costs_flashinfers_buffers() -> None:
 
 
 def test_each_attention_group_has_its_own_flashinfer_builder() -> None:
-    # V1 builds one metadata builder per KV-cache group, each with its own workspace and decode wrappers: Gemma 3
-    # 4B groups its 34 layers as 6 sliding groups and 1 full group of 5, so an fp8 cache on an L4 (0.21, 2,048-
-    # token steps, 256 sequences: 35 FULL sizes) costs 7 x (413,138,944 + 35 x 8,388,608) = 4,947,181,568 B.
-    gemma = _model("google/gemma-3-4b-it")
+    # V1 builds one metadata builder per KV-cache group, each with its own workspace and decode wrappers: Gemma 2
+    # 9B keeps its 21 sliding and 21 full layers in 2 groups, so an fp8 cache on an L4 (0.21, 2,048-token steps,
+    # 256 sequences: 35 FULL sizes) costs 2 x (413,138,944 + 35 x 8,388,608) = 1,413,480,448 B.
+    gemma = _model("google/gemma-2-9b-it")
     r = plan_vllm(gemma, VllmFlags(max_model_len=8192, version="0.21", kv_cache_dtype="fp8"), find_gpu("L4"))
-    assert len(r.stages[0].layout.groups) == 7 and len(r.graphs.full) == 35
-    assert r.flashinfer_graph_bytes == 7 * 706_740_224 == 4_947_181_568
+    assert len(r.stages[0].layout.groups) == 2 and len(r.graphs.full) == 35
+    assert r.flashinfer_graph_bytes == 2 * 706_740_224 == 1_413_480_448
+    # Gemma 3 4B's 7 groups would pay 7 times, but it runs on Triton (a prefix LM over its image tokens).
+    gemma3 = plan_vllm(_model(GEMMA3), VllmFlags(max_model_len=8192, version="0.21", kv_cache_dtype="fp8"),
+                       find_gpu("L4"))
+    assert len(gemma3.stages[0].layout.groups) == 7 and gemma3.flashinfer_graph_bytes == 0
 
 
 def test_draft_tokens_drop_full_graphs_on_native_flashinfer() -> None:

@@ -838,7 +838,7 @@ def plan_vllm(
                           max_num_batched_tokens=f.max_num_batched_tokens, enforce_eager=flags.enforce_eager,
                           lora=f.lora is not None, decode_query_len=1 + f.num_speculative_tokens)
     capability = gpu.compute_capability if f.engine == "v1" else None
-    attention = attention_path(model, rules, capability, f.kv_cache_dtype.name)
+    attention = attention_path(model, rules, capability, f.kv_cache_dtype.name, f.dtype)
     if (attention is not None and capability is not None and f.num_speculative_tokens
             and not attention.full_graphs_with_drafts(capability[0])):
         modes = replace(modes, full=())  # resolve_cudagraph_mode_and_sizes: "setting cudagraph_mode=PIECEWISE"

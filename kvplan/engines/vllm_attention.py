@@ -33,6 +33,9 @@ FLASHINFER_WORKSPACE_BYTES = 394 * MiB  # VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE'
 FLASHINFER_PREFILL_BYTES_PER_ELEM = 16  # FLASHINFER_PREFILL_WORKSPACE_BYTES_PER_ELEM (0.26+)
 FLASHINFER_WRAPPER_BYTES = 8 * MiB  # a decode wrapper's int workspace (flashinfer/decode.py, 8 x 1024 x 1024)
 
+# model_type values vLLM treats as prefix LMs over their image tokens (MM_PREFIX_LM_MODELS, 0.13+; moondream3 from
+# 0.30).
+MM_PREFIX_MODEL_TYPES = ("bagel", "gemma3", "molmo2", "moondream3", "paligemma", "umm")
 # The layers vLLM runs through FlashAttention / FlashInfer / Triton; MLA has its own backends.
 _KV_KINDS = (LayerKind.FULL_ATTENTION, LayerKind.SLIDING_WINDOW, LayerKind.CHUNKED_LOCAL)
 _FP8 = ("fp8_e4m3", "fp8_e5m2")
@@ -64,7 +67,7 @@ class AttentionPath:
 
 
 def attention_path(
-    model: ModelSpec, rules: VllmRules, capability: tuple[int, int] | None, kv_cache_dtype: str,
+    model: ModelSpec, rules: VllmRules, capability: tuple[int, int] | None, kv_cache_dtype: str, dtype: str,
 ) -> AttentionPath | None:
     """The backend 0.20+ picks on a CUDA GPU of `capability` for the model's K/V layers; None where kvplan does
     not pick one (releases before 0.20, whose estimate stays off the budget; AMD or unknown GPUs; models without
@@ -75,6 +78,14 @@ def attention_path(
     if not heads:
         return None
     head = max(heads)
+    # A multimodal model whose image tokens attend both ways (ModelArchConfigConvertor.is_mm_prefix_lm: Gemma 3,
+    # PaliGemma, ...) takes a backend with supports_mm_prefix, Triton or Flex; so does a float32 model, which
+    # FlashAttention and FlashInfer do not take (supported_dtypes). The 0.19 fit logs print it: "Using
+    # TRITON_ATTN attention backend out of potential backends: ['TRITON_ATTN', 'FLEX_ATTENTION']" for
+    # gemma-3-4b-it and for Llama-3.1-8B in float32. (0.30 adds hybrid Triton backends for these on SM90 and
+    # SM10x, whose buffers are not read: kvplan plans them as Triton.)
+    if model.model_type in MM_PREFIX_MODEL_TYPES or dtype in ("float32", "fp32"):
+        return AttentionPath("TRITON_ATTN", head)
     sinks = model.attention_sinks
     # vLLM's own quantized caches (vllm_kv_quant): the per-token-head kinds run on Triton, TurboQuant on its
     # backend, NVFP4 on FlashInfer only.
