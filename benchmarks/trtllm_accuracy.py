@@ -120,13 +120,16 @@ def evaluate(rec: dict, aliases: dict) -> Row:
         row.reason = f"no config for {rec.get('model')!r}"
         return row
     total = _gib(rec, "device_total_gib") or _gib(rec, "total_gib")
-    gpu = find_gpu(rec["gpu_key"]) if rec.get("gpu_key") else custom_gpu(total or 80 * GiB, "logged total")
     if total is not None:
-        gpu = custom_gpu(total, "logged total")
+        gpu = custom_gpu(total, "logged total")  # mode A plans from the size the log measured
+    elif rec.get("gpu_key"):
+        gpu = find_gpu(rec["gpu_key"])
+    else:
+        gpu = find_gpu("H100")  # the bytes a token do not depend on the card (an nvfp4 cache's would; none here)
     path = str(REPO / config)
     try:
         d = _deployment(rec, path, gpu)
-        if d.kv_cache_dtype != "auto" or rec.get("kv_cache_dtype") is not None:
+        if rec.get("kv_cache_dtype") is not None:  # a KV dtype the source states ("auto" included)
             _per_token(row, plan(d, detail=False))
         profile = _profile(rec, d, gpu)
         if profile is not None:
