@@ -193,8 +193,8 @@ def report(rows: list[Row]) -> str:
 def _stats(errors: list[float]) -> str:
     if not errors:
         return "no logs"
-    return (f"{len(errors)} logs, MAE {statistics.mean(abs(e) for e in errors):.2%}, worst "
-            f"{max(errors, key=abs):+.2%}")
+    logs = f"{len(errors)} log{'' if len(errors) == 1 else 's'}"
+    return f"{logs}, MAE {statistics.mean(abs(e) for e in errors):.2%}, worst {max(errors, key=abs):+.2%}"
 
 
 def main() -> None:
