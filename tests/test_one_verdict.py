@@ -171,6 +171,8 @@ def test_verdict_first_and_replication_flagged(runner):
 MODELS = {n: resolve_model(n, offline=True).model for n in (
     LLAMA_8B, "openai/gpt-oss-20b", "deepseek-ai/DeepSeek-V2-Lite", "google/gemma-3-27b-it",
     "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "Qwen/Qwen3-30B-A3B", "mistralai/Mistral-7B-Instruct-v0.3",
+    # A ModelOpt checkpoint with an FP8 KV cache: auto runs fp8 where the engine follows it (checkpoint_kv).
+    "nvidia/Qwen3.6-35B-A3B-NVFP4",
 )}
 GPUS = ["L4", "A10G", "L40S", "A100-40GB", "A100-80GB", "H100", "H200", "B200", "MI300X"]
 
