@@ -66,7 +66,8 @@ KvCacheDtype = Annotated[
     str,
     typer.Option(
         "--kv-cache-dtype",
-        help="auto, bf16, fp16, fp32, fp8, fp8_e4m3, fp8_e5m2, int8, int4, nvfp4; vLLM 0.20+'s "
+        help="auto (the model's, or a ModelOpt checkpoint's own), bf16, fp16, fp32, fp8, fp8_e4m3, fp8_e5m2, "
+        "int8, int4, nvfp4; vLLM 0.20+'s "
         "int8_per_token_head, fp8_per_token_head, int4_per_token_head, nvfp4_4over6, turboquant_k8v4, "
         "turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc; SGLang's fp4_e2m1.",
         rich_help_panel=WORKLOAD,
