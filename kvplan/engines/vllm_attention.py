@@ -84,13 +84,13 @@ def attention_path(
     # TRITON_ATTN attention backend out of potential backends: ['TRITON_ATTN', 'FLEX_ATTENTION']" for
     # gemma-3-4b-it and for Llama-3.1-8B in float32. (0.30 adds hybrid Triton backends for these on SM90 and
     # SM10x, whose buffers are not read: kvplan plans them as Triton.)
-    if model.model_type in MM_PREFIX_MODEL_TYPES or dtype in ("float32", "fp32"):
+    if model.model_type in MM_PREFIX_MODEL_TYPES or dtype == "float32":
         return AttentionPath("TRITON_ATTN", head)
     sinks = model.attention_sinks
     # vLLM's own quantized caches (vllm_kv_quant): the per-token-head kinds run on Triton, TurboQuant on its
     # backend, NVFP4 on FlashInfer only.
     if kv_cache_dtype.endswith("_per_token_head") or kv_cache_dtype.startswith("turboquant_"):
-        return AttentionPath("TURBOQUANT" if kv_cache_dtype.startswith("turboquant_") else "TRITON_ATTN", max(heads))
+        return AttentionPath("TURBOQUANT" if kv_cache_dtype.startswith("turboquant_") else "TRITON_ATTN", head)
     fp8 = kv_cache_dtype in _FP8 or kv_cache_dtype.startswith("nvfp4")
     major = capability[0]
     flashinfer_heads = (64, 128, 256, 512) if rules.flashinfer_head_512 else (64, 128, 256)
