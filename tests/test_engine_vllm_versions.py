@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from kvplan.engines.vllm import VllmFlags, fused_moe_scratch, plan_vllm, resolve_flags
+from kvplan.engines.vllm import MoeScratch, VllmFlags, fused_moe_scratch, plan_vllm, resolve_flags
 from kvplan.engines.vllm_lora import LoraSlots
-from kvplan.engines.vllm_memory import CONTEXT_BYTES, moe_workspace_bytes
+from kvplan.engines.vllm_memory import CONTEXT_BYTES, NO_SPLIT, moe_workspace_bytes
 from kvplan.engines.vllm_mla import mla_kept_bytes
 from kvplan.engines.vllm_versions import NEWEST, RULES, parse_release, rules_for
 from kvplan.errors import FieldError
@@ -336,6 +336,15 @@ CHANGES = [
     # checkpoint's FP8 KV; MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP gains "nvfp4" in 0.20.0.
     ("0.13.0", "0.14.0", "checkpoint_kv", (), ("FP8",)),
     ("0.19.1", "0.20.0", "checkpoint_kv", ("FP8",), ("FP8", "NVFP4")),
+    # DeepSeek-V4's experts on SM12x through DeepGemmFP4Experts (fused_moe/experts/deep_gemm_moe.py,
+    # deep_gemm_utils.py compute_aligned_M): every local expert padded (0.20-0.23); only as many as the rows
+    # can reach (0.24); DeepGEMM a6b593d's SM12x blocks of 64 (tools/install_deepgemm.sh pins it from 0.25);
+    # the permuted activations as fp8 (_fp8_workspace_shape, 0.31); 0.32 adds SM12x backends, not read.
+    ("0.19.1", "0.20.0", "dsv4_deepgemm", None, "uncapped"),
+    ("0.23.0", "0.24.0", "dsv4_deepgemm", "uncapped", "capped"),
+    ("0.24.0", "0.25.0", "dsv4_deepgemm", "capped", "sm120"),
+    ("0.30.0", "0.31.0", "dsv4_deepgemm", "sm120", "sm120_fp8"),
+    ("0.31.0", "0.32.0", "dsv4_deepgemm", "sm120_fp8", None),
 ]
 
 
@@ -956,9 +965,9 @@ def test_the_fused_moe_scratch_per_release():
     qwen = _model("Qwen/Qwen3-30B-A3B")
 
     def scratch(version, tokens=8192):
-        kind, chunk, _ = fused_moe_scratch(qwen, resolve_flags(qwen, VllmFlags(version=version), H100))
-        return moe_workspace_bytes(qwen, dtype="bfloat16", tp=1, max_num_batched_tokens=tokens, scratch=kind,
-                                   chunk_tokens=chunk)
+        s = fused_moe_scratch(qwen, resolve_flags(qwen, VllmFlags(version=version), H100), H100, NO_SPLIT)
+        return moe_workspace_bytes(qwen, dtype="bfloat16", tp=1, max_num_batched_tokens=tokens, scratch=s.kind,
+                                   chunk_tokens=s.chunk_tokens)
 
     assert [scratch(v) for v in ("0.7.3", "0.10.2", "0.19.0")] == [570_425_344, 369_098_752, 536_870_912]
     assert scratch("0.17.1", 32768) == 131_072 * 4_096 * 2 and scratch("0.18.0", 32768) == 262_144 * 4_096 * 2
@@ -967,9 +976,11 @@ def test_the_fused_moe_scratch_per_release():
     v3 = _model("deepseek-ai/DeepSeek-V3")
     awq = dataclasses.replace(v3, quant=QuantSpec("awq", 4, group_size=128, scale_bytes=2, zero_point_bits=4))
     def marlin(version):
-        return fused_moe_scratch(awq, resolve_flags(awq, VllmFlags(version=version, tensor_parallel_size=8), H100))
+        f = resolve_flags(awq, VllmFlags(version=version, tensor_parallel_size=8), H100)
+        return fused_moe_scratch(awq, f, H100, NO_SPLIT)
 
-    assert marlin("0.7.3") == ("marlin_old", None, False) and marlin("0.19.0") == ("marlin", None, False)
+    assert marlin("0.7.3") == MoeScratch("marlin_old", None, False)
+    assert marlin("0.19.0") == MoeScratch("marlin", None, False)
     assert moe_workspace_bytes(awq, dtype="bfloat16", tp=8, max_num_batched_tokens=32768, scratch="marlin_old") == \
         4_630_511_616
 

@@ -19,6 +19,7 @@ from kvplan.capacity.kv import pp_stage_layers
 from kvplan.engines.base import Refusal
 from kvplan.engines.vllm_attention import AttentionPath, attention_path, flashinfer_graph_bytes, kv_attention_groups
 from kvplan.engines.vllm_batch import batch_shape
+from kvplan.engines.vllm_deepgemm import DeepGemmScratch
 from kvplan.engines.vllm_dsa import BLOCK_TOKENS as DSA_BLOCK_TOKENS
 from kvplan.engines.vllm_dsa import (
     dsa_buffer_bytes,
@@ -736,13 +737,32 @@ def _sampler_shards(f: ResolvedFlags) -> int:
     return f.tp if f.runner == "v2" and f.rules.v2_sharded_sampling else 1
 
 
-def fused_moe_scratch(model: ModelSpec, f: ResolvedFlags) -> tuple[str, int | None, bool]:
-    """The fused-MoE buffers this release allocates (vllm_memory.moe_workspace_bytes), its token chunk, and
-    whether they outlive the forward. AWQ/GPTQ experts run Marlin (fused_marlin_moe: no chunking, nothing
-    kept); the rest run fused_experts_impl, then (0.14+) TritonExperts in the workspace manager."""
+@dataclass(frozen=True)
+class MoeScratch:
+    """The fused-MoE buffers a release allocates (vllm_memory.moe_workspace_bytes): their kind, token chunk,
+    whether they outlive the forward, and the DeepGEMM row padding where the experts run there."""
+
+    kind: str
+    chunk_tokens: int | None
+    kept: bool
+    deepgemm: DeepGemmScratch | None = None
+
+
+def fused_moe_scratch(model: ModelSpec, f: ResolvedFlags, gpu: GpuSpec, split: WeightSplit) -> MoeScratch:
+    """AWQ/GPTQ experts run Marlin (fused_marlin_moe: no chunking, nothing kept); DeepSeek-V4's MXFP4 experts
+    on SM12x run DeepGEMM's FP4 GEMM (vllm_deepgemm, 0.20-0.31); the rest run fused_experts_impl, then (0.14+)
+    TritonExperts in the workspace manager."""
     if model.quant is not None and model.quant.method in ("awq", "gptq"):
-        return ("marlin_old" if f.rules.moe_marlin_old else "marlin"), None, False
-    return f.rules.moe_scratch, f.rules.moe_chunk_tokens, f.engine == "v1" and f.rules.moe_workspace_kept
+        return MoeScratch("marlin_old" if f.rules.moe_marlin_old else "marlin", None, False)
+    kept = f.engine == "v1" and f.rules.moe_workspace_kept
+    moe = model.geometry.moe
+    cc = gpu.compute_capability
+    if (f.rules.dsv4_deepgemm and moe is not None and model.geometry.compressed_mla is not None
+            and cc is not None and cc[0] == 12):
+        local = cdiv(moe.num_experts, split.expert_ranks) if split.expert_ranks else moe.num_experts
+        deepgemm = DeepGemmScratch(f.rules.dsv4_deepgemm, local, expert_parallel=bool(split.expert_ranks))
+        return MoeScratch(f.rules.moe_scratch, f.rules.moe_chunk_tokens, kept, deepgemm)
+    return MoeScratch(f.rules.moe_scratch, f.rules.moe_chunk_tokens, kept)
 
 
 def mxfp4_backend(rules: VllmRules, install: str, gpu: GpuSpec) -> Mxfp4Backend | None:
@@ -801,12 +821,13 @@ def plan_vllm(
         # vllm/config/model.py 0.28: "Unknown quantization method: bitsandbytes. Must be one of [...]"
         raise FieldError("engine.version", f"vLLM {f.version} has no bitsandbytes quantization (0.27 is the "
                          "last release with it)", f.version)
-    moe_scratch, moe_chunk, moe_kept = fused_moe_scratch(model, f)
+    moe_scratch = fused_moe_scratch(model, f, gpu, flags.split)
     memories = stage_memory(
         model, dtype=f.dtype, tp=f.tp, pp=f.pp, quantization=VLLM_RUNTIME.get(f.quantization or "", f.quantization),
         max_num_batched_tokens=f.max_num_batched_tokens, max_num_seqs=f.max_num_seqs, non_torch=non_torch,
-        charge_context=charge_context, sampler=_sampler_path(f), moe_workspace_kept=moe_kept,
-        moe_scratch=moe_scratch, moe_chunk_tokens=moe_chunk, encoder=encoder,
+        charge_context=charge_context, sampler=_sampler_path(f), moe_workspace_kept=moe_scratch.kept,
+        moe_scratch=moe_scratch.kind, moe_chunk_tokens=moe_scratch.chunk_tokens, moe_deepgemm=moe_scratch.deepgemm,
+        encoder=encoder,
         checkpoint_bytes=checkpoint_bytes, split=flags.split, mxfp4_backend=mxfp4,
         lora=flags.lora, lora_extra_vocab=rules.lora_extra_vocab,
         draft=model.mtp.param_groups if f.num_speculative_tokens and model.mtp is not None else (),
@@ -869,7 +890,7 @@ def plan_vllm(
     per_request = layout.blocks_per_request(f.max_model_len, f.window_tokens_in_flight)
     tokens, concurrency = _tokens_and_concurrency(f, layout, num_blocks, per_request)
     fit_len = estimate_max_model_len(layout, check_memory_bytes(lim, f), f.max_model_len, f.window_tokens_in_flight)
-    warmup = _warmup(model, f, stages[-1], num_blocks, total, graphs) if f.engine == "v1" else None
+    warmup = _warmup(model, f, stages[-1], num_blocks, total, graphs, moe_scratch) if f.engine == "v1" else None
     refusal = (_too_long(model, f, flags.allow_long_max_model_len) or _step_too_short(f)
                or _free_at_start(f, total, requested, stages)
                or _startup_error(stages, f) or _mamba_blocks(f, layout, modes, num_blocks)
@@ -932,17 +953,17 @@ def graphs_charged(f: ResolvedFlags) -> bool:
 
 
 def _warmup(
-    model: ModelSpec, f: ResolvedFlags, last: StageKv, num_blocks: int, total: int, graphs: int
+    model: ModelSpec, f: ResolvedFlags, last: StageKv, num_blocks: int, total: int, graphs: int, scratch: MoeScratch
 ) -> Warmup | None:
     """The sampler warm-up on the last pipeline rank (V1 0.8+; see Warmup). Every rank allocates the
     limiting rank's block count, in its own block size. Model Runner V2 warms kernels up instead."""
     if not f.rules.sampler_warmup or f.runner == "v2":
         return None
     rows = min(f.max_num_seqs, f.max_num_batched_tokens)
-    scratch, chunk, kept = fused_moe_scratch(model, f)
     need = activation_peak_bytes(model, dtype=f.dtype, tp=f.tp, max_num_batched_tokens=rows, max_num_seqs=rows,
-                                 runs_sampler=True, sampler=_sampler_path(f), moe_workspace_kept=kept,
-                                 moe_scratch=scratch, moe_chunk_tokens=chunk)
+                                 runs_sampler=True, sampler=_sampler_path(f), moe_workspace_kept=scratch.kept,
+                                 moe_scratch=scratch.kind, moe_chunk_tokens=scratch.chunk_tokens,
+                                 moe_deepgemm=scratch.deepgemm)
     nt = last.memory.non_torch
     kv = num_blocks * last.layout.bytes_per_block
     twice = graphs if f.rules.cudagraphs_profiled and _moe_kernel(model) == "mxfp4" else 0

@@ -17,6 +17,7 @@ from dataclasses import replace
 from kvplan.capacity.kv import pp_stage_layers
 from kvplan.capacity.weights import runtime_quant
 from kvplan.engines.allocator import allocated_bytes, loaded_tensor_bytes
+from kvplan.engines.vllm_deepgemm import DeepGemmScratch, deepgemm_workspace_bytes
 from kvplan.engines.vllm_dsv4 import dsv4_forward_bytes
 from kvplan.engines.vllm_encoder import EncoderProfile
 from kvplan.engines.vllm_lora import LoraSlots, lora_slot_bytes
@@ -392,7 +393,8 @@ MOE_ROW_VALUES: dict[str, Callable[[int, int], int]] = {
 
 
 def moe_workspace_bytes(model: ModelSpec, *, dtype: str, tp: int, max_num_batched_tokens: int,
-                        scratch: str = "workspace", chunk_tokens: int | None = None) -> int:
+                        scratch: str = "workspace", chunk_tokens: int | None = None,
+                        deepgemm: DeepGemmScratch | None = None) -> int:
     """vLLM's fused-MoE scratch for one forward of T tokens, on one rank, as each release allocates it
     (fused_moe.py per sdist; docs/engine-rules.md 1.5). Rows are Tc x top_k, Tc = min(T, chunk_tokens) (the
     VLLM_FUSED_MOE_CHUNK_SIZE loop), in the activation dtype; I = the expert MLP width / tp, H = hidden:
@@ -407,12 +409,16 @@ def moe_workspace_bytes(model: ModelSpec, *, dtype: str, tp: int, max_num_batche
       calls and the top_k sum: T x top_k x (3I + H) + T x max(top_k x I, H)), then "marlin" as "cache13".
 
     gpt-oss's mxfp4 experts run OpenAI's Triton kernels instead, which take no such workspace: 0 for them.
+    Experts on DeepGEMM (`deepgemm`) keep rows padded per expert (vllm_deepgemm).
     """
     moe = model.geometry.moe
     if moe is None or not moe.experts_per_token or (model.quant is not None and model.quant.method == "mxfp4"):
         return 0
     inter, hidden, k = cdiv(moe.expert_intermediate_size, tp), model.hidden_size, moe.experts_per_token
     tokens = max_num_batched_tokens if chunk_tokens is None else min(max_num_batched_tokens, chunk_tokens)
+    if deepgemm is not None:
+        return deepgemm_workspace_bytes(deepgemm, tokens=tokens, top_k=k, expert_width=moe.expert_intermediate_size,
+                                        hidden=hidden, tp=tp, dtype_bytes=weight_dtype_bytes(dtype))
     if scratch == "marlin_old":
         values = tokens * k * (3 * inter + hidden) + tokens * max(k * inter, hidden)
     else:
@@ -484,7 +490,7 @@ def activation_peak_bytes(
     model: ModelSpec, *, dtype: str, tp: int, max_num_batched_tokens: int, max_num_seqs: int, runs_sampler: bool,
     sampler: str = "triton", encoder: EncoderProfile | None = None, moe_workspace_kept: bool = True,
     bnb_4bit: str | None = None, sampler_shards: int = 1, moe_scratch: str = "workspace",
-    moe_chunk_tokens: int | None = None,
+    moe_chunk_tokens: int | None = None, moe_deepgemm: DeepGemmScratch | None = None,
 ) -> int:
     """The torch peak of vLLM's profiling run on one rank (see the coefficients above).
 
@@ -494,7 +500,7 @@ def activation_peak_bytes(
     so it adds to the sampler's peak; before, fused_experts allocates it per call and it adds to the
     forward's only. `bnb_4bit`: the model's linears are bitsandbytes 4-bit, computed in BNB_COMPUTE's dtype.
     `sampler_shards`: the ranks the sampled rows are split over (V2's batch-sharded sampling, 0.29+: tp).
-    `moe_scratch`, `moe_chunk_tokens`: the release's fused-MoE buffers (moe_workspace_bytes).
+    `moe_scratch`, `moe_chunk_tokens`, `moe_deepgemm`: the release's fused-MoE buffers (moe_workspace_bytes).
     """
     if encoder is not None and encoder.lm_tokens is not None and encoder.lm_rows is not None:
         # V0: the multimodal prompts set the language model's forward and the sampler's rows (vllm_encoder).
@@ -509,7 +515,7 @@ def activation_peak_bytes(
     if bnb_4bit is not None:
         forward += bnb_4bit_forward_bytes(model, compute=bnb_4bit, dtype=dtype, tp=tp, tokens=max_num_batched_tokens)
     moe = moe_workspace_bytes(model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
-                              scratch=moe_scratch, chunk_tokens=moe_chunk_tokens)
+                              scratch=moe_scratch, chunk_tokens=moe_chunk_tokens, deepgemm=moe_deepgemm)
     kept = moe if moe_workspace_kept else 0
     peak = forward + moe - kept
     if runs_sampler:
@@ -554,6 +560,7 @@ def stage_memory(
     mla_layer_bytes: int = 0,
     moe_scratch: str = "workspace",
     moe_chunk_tokens: int | None = None,
+    moe_deepgemm: DeepGemmScratch | None = None,
     buffers: tuple[int, int] = (0, 0),
 ) -> tuple[StageMemory, ...]:
     """Weights, activation peak and non-torch memory on a rank of each pipeline stage.
@@ -571,7 +578,7 @@ def stage_memory(
     allocated_bytes, on CUDA, where the weights come from the config), with the max_split_size the release
     loads under (`load_max_split_bytes`).
     `mla_layer_bytes`: what each MLA layer, the draft's too, keeps beside its weights (vllm_mla.mla_kept_bytes).
-    `moe_scratch`, `moe_chunk_tokens`: the release's fused-MoE buffers (moe_workspace_bytes).
+    `moe_scratch`, `moe_chunk_tokens`, `moe_deepgemm`: the release's fused-MoE buffers (moe_workspace_bytes).
     `buffers`: what the model allocates when it is built on every stage, and on the last stage besides
     (vllm_dsv4.dsv4_buffer_bytes, vllm_dsa.dsa_buffer_bytes); vLLM measures them with the weights.
     """
@@ -610,7 +617,7 @@ def stage_memory(
             model, dtype=dtype, tp=tp, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
             runs_sampler=last, sampler=sampler, encoder=enc, moe_workspace_kept=moe_workspace_kept,
             bnb_4bit=bnb_4bit, sampler_shards=sampler_shards, moe_scratch=moe_scratch,
-            moe_chunk_tokens=moe_chunk_tokens,
+            moe_chunk_tokens=moe_chunk_tokens, moe_deepgemm=moe_deepgemm,
         )
         out.append(
             StageMemory(

@@ -73,6 +73,10 @@ class VllmRules:
     moe_scratch: str = "three"  # the fused-MoE buffers a forward allocates (vllm_memory.MOE_ROW_VALUES) [1.5]
     moe_chunk_tokens: int | None = 32_768  # VLLM_FUSED_MOE_CHUNK_SIZE's default (None: no chunking) [1.5]
     moe_marlin_old: bool = True  # AWQ/GPTQ experts through the first Marlin MoE kernel (to 0.8.4) [1.5]
+    # DeepSeek-V4's MXFP4 experts on SM12x run DeepGEMM's FP4 grouped GEMM, whose scratch rows are padded per
+    # expert (vllm_memory.DEEPGEMM_ROWS): "uncapped" (0.20-0.23), "capped" (0.24), "sm120" (0.25-0.30),
+    # "sm120_fp8" (0.31: the permuted activations stored as fp8); None: not read (0.32+ adds SM12x backends) [1.5]
+    dsv4_deepgemm: str | None = None
     # V0 splits the blocks over its pp virtual engines; from 0.8.0 its start-up check asks one engine's share
     # to hold a request (worker.py raise_if_cache_size_invalid: num_gpu_blocks // pipeline_parallel_size) [1.8]
     v0_pp_check_split: bool = False
@@ -363,11 +367,13 @@ def _changes() -> tuple[VllmRules, ...]:
     # shows 0.17.0-0.19.0 reaching capture with 1,024 sequences on 856 blocks.
     change((0, 20, 0), "utilization 0.92; CUDA-graph estimate subtracted from the budget; Nemotron-H's SSM "
            "state float32 unless the config says; a hybrid's max_num_seqs bounded by the cache's blocks; Mamba "
-           "prefix caching aligned under speculative decoding; DeepSeek-V4; FlashInfer's 394 MiB workspace in the "
+           "prefix caching aligned under speculative decoding; DeepSeek-V4 (DeepGEMM experts on SM12x); "
+           "FlashInfer's 394 MiB workspace in the "
            "graph estimate; TurboQuant, per-token-head int8/fp8 and NVFP4 caches (auto follows a ModelOpt NVFP4 KV)",
            default_utilization=0.92, cudagraphs_subtracted=True, nemotron_ssm_default="float32",
            mamba_seqs_check=True, mamba_mode_default="support_unless_spec", dsv4=True,
-           flashinfer_workspace="fixed", kv_cache_dtypes=_KV_0_20, checkpoint_kv=("FP8", "NVFP4"))
+           flashinfer_workspace="fixed", kv_cache_dtypes=_KV_0_20, checkpoint_kv=("FP8", "NVFP4"),
+           dsv4_deepgemm="uncapped")
     change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len); an off-stride step is captured",
            v1_tokens_rule="concurrency", capture_step=True)
     change((0, 21, 0), "the model loads with the allocator's max_split_size at 20 MiB: large weights count whole "
@@ -386,15 +392,17 @@ def _changes() -> tuple[VllmRules, ...]:
            "DeepSeek-V4's pool sized by page-size slots",
            v2_architectures=("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"), dsv4_pool="slots")
     change((0, 24, 0), "Model Runner V2 for the listed architectures, quantized or MoE too; sparse MLA on SM120; "
-           "FlashInfer from SM80",
+           "FlashInfer from SM80; DeepGEMM pads only the experts a step can reach",
            sparse_mla_sm120=True,
            v2_architectures=("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "LlamaForCausalLM",
                              "MistralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM"),
-           v2_listed_unquantized=False, flashinfer_min_capability=(8, 0))
+           v2_listed_unquantized=False, flashinfer_min_capability=(8, 0), dsv4_deepgemm="capped")
     change((0, 25, 0), "Model Runner V2 default for dense models and three MoE architectures: one float32 copy "
            "of the logits in the profiled sampler, no CUDA-graph estimate; FlashInfer decodes through XQA on "
-           "SM90; an int4 per-token-head cache", v2_runner="dense", xqa_majors=(9,), kv_cache_dtypes=_KV_0_25,
-           v2_architectures=("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "Qwen2MoeForCausalLM"))
+           "SM90; an int4 per-token-head cache; DeepGEMM's SM120 blocks of 64 rows", v2_runner="dense",
+           xqa_majors=(9,), kv_cache_dtypes=_KV_0_25,
+           v2_architectures=("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "Qwen2MoeForCausalLM"),
+           dsv4_deepgemm="sm120")
     # vllm#50780 (open): the estimator is unchanged from 0.23, but from 0.26.0 the GDN decode-with-context path
     # its FULL warm-up runs leaves a transient that grows with max_num_batched_tokens (op not pinned upstream).
     change((0, 26, 0), "a gated-DeltaNet hybrid's CUDA-graph estimate holds a profiling transient (not modelled); "
@@ -422,10 +430,13 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 30, 0), "DeepSeek-V4 takes --kv-cache-dtype auto as fp8; a DSA top-k index group per layer; "
            "FlashInfer runs sinks on SM90; the nvfp4_ds_mla cache (not sized)", kv_cache_dtypes=_KV_0_30,
            dsv4_auto_fp8=True, dsa_index_groups=True, flashinfer_sink_majors=(9, 10, 12))
+    change((0, 31, 0), "DeepSeek-V4's DeepGEMM experts keep their permuted activations as fp8",
+           dsv4_deepgemm="sm120_fp8")
     # v1/kv_cache_interface.py MambaSpec gains num_prefill_checkpoint_blocks at 0.29.0; mamba_mixer2.py sets it
     # to 1 from 0.32.0 (absent at 0.31.0).
     change((0, 32, 0), "a Mamba2 mixer keeps a prefill checkpoint page in align mode; the ultraquant_4bit cache "
-           "(ROCm, not sized)", mamba2_checkpoint_page=True, kv_cache_dtypes=_KV_0_32)
+           "(ROCm, not sized); SM12x MoE backends not read (DeepSeek-V4's experts as Triton's)",
+           mamba2_checkpoint_page=True, kv_cache_dtypes=_KV_0_32, dsv4_deepgemm=None)
     change((0, 33, 0), "cuBLAS handles created before the worker's snapshot; the octave caches (ROCm, not sized)",
            cublas_before_snapshot=True, kv_cache_dtypes=_KV_0_33)
     return tuple(out)
