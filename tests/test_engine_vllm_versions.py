@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,12 +15,14 @@ from kvplan.engines.vllm_mla import mla_kept_bytes
 from kvplan.engines.vllm_versions import NEWEST, RULES, parse_release, rules_for
 from kvplan.errors import FieldError
 from kvplan.hardware.gpus import custom_gpu, find_gpu
+from kvplan.model.kinds import LayerKind
 from kvplan.model.specs import QuantSpec
 from kvplan.sources.resolve import resolve_model
 from kvplan.units import GiB
 from tests.conftest import run_cli
 
 H100, L4, A100 = find_gpu("H100"), find_gpu("L4"), find_gpu("A100-80GB")
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _model(name: str):
@@ -336,6 +339,8 @@ CHANGES = [
     # checkpoint's FP8 KV; MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP gains "nvfp4" in 0.20.0.
     ("0.13.0", "0.14.0", "checkpoint_kv", (), ("FP8",)),
     ("0.19.1", "0.20.0", "checkpoint_kv", ("FP8",), ("FP8", "NVFP4")),
+    # engine/arg_utils.py: default_prefix_caching loses "and not model_config.is_hybrid" at 0.28.0.
+    ("0.27.1", "0.28.0", "hybrid_prefix_caching", False, True),
     # DeepSeek-V4's experts on SM12x through DeepGemmFP4Experts (fused_moe/experts/deep_gemm_moe.py,
     # deep_gemm_utils.py compute_aligned_M): every local expert padded (0.20-0.23); only as many as the rows
     # can reach (0.24); DeepGEMM a6b593d's SM12x blocks of 64 (tools/install_deepgemm.sh pins it from 0.25);
@@ -1039,6 +1044,35 @@ def test_prefix_caching_on_a_mamba_hybrid_aligns_its_state_by_default_from_0_28(
         "all", "all", "all", "align", "align"]
     assert [mode(nemotron, v, draft=1) for v in ("0.19.0", "0.20.0", "0.22.0")] == ["all", "align", "all"]
     assert {mode(qwen_next, v) for v in ("0.19.0", "0.28.0")} == {"align"}
+
+
+def test_a_hybrid_gets_prefix_caching_by_default_from_0_28():
+    # EngineArgs: default_prefix_caching = is_prefix_caching_supported, "and not model_config.is_hybrid" up to
+    # 0.27.1 (0.26.0 already says "Generative hybrid models support prefix caching"); an attention-free model
+    # (attn_type "attention_free") stays off. Lebhoryi's Qwen3.8-27B on 0.28.0 (LLM() with defaults, 262,144
+    # tokens) prints int(concurrency x 262,144) = 298,275 tokens: a page is 784 tokens x 4,096 B (4 KV heads x 256
+    # x 2 x 2 B) = 3,211,264 B, a block 16 layers of it; its 18.61 GiB hold 388 blocks, and 388 / 341 blocks a
+    # request (cdiv(262,144, 784) = 335 attention pages + 2 align-mode state pages x 3 DeltaNet groups) x 262,144
+    # = 298,275.2. Without prefix caching a request holds 338 blocks: 300,922 tokens.
+    nemotron, qwen_next = _model("nvidia/Nemotron-H-56B-Base-8K"), _model("Qwen/Qwen3-Next-80B-A3B-Thinking")
+    llama = _model("meta-llama/Llama-3.1-8B-Instruct")
+    mamba_only = dataclasses.replace(nemotron, layers=tuple(
+        spec for spec in nemotron.layers if spec.kind in (LayerKind.MAMBA, LayerKind.NO_CACHE)))
+
+    def default(model, version):
+        return resolve_flags(model, VllmFlags(max_model_len=8192, version=version), H100).enable_prefix_caching
+
+    assert [default(m, "0.27.1") for m in (nemotron, qwen_next, llama)] == [False, False, True]
+    assert [default(m, "0.28.0") for m in (nemotron, qwen_next, llama)] == [True, True, True]
+    assert not default(mamba_only, "0.33.0")
+    qwen38 = resolve_model(str(REPO / "benchmarks/logs/configs/Qwen__Qwen3.8-27B.json"), offline=True).model
+    def blocks(**flags):
+        plan = plan_vllm(qwen38, VllmFlags(version="0.28.0", usage="llm", kv_cache_memory_bytes=388 * 16 * 3_211_264,
+                                           **flags), find_gpu("A100-80GB-PCIE"))
+        return plan.num_blocks, plan.blocks_per_request, plan.kv_cache_tokens
+
+    assert blocks() == (388, 341, 298_275)
+    assert blocks(enable_prefix_caching=False) == (388, 338, 300_922)
 
 
 

@@ -181,8 +181,8 @@ MaxNumBatchedTokens = Annotated[
 # Two flags rather than typer's "--x/--no-x" pair: the pair takes a second column in --help that pushes
 # vLLM's long names past 80 columns.
 PrefixCaching = Annotated[
-    bool, typer.Option("--enable-prefix-caching", help="Prefix caching on (the default, except for Mamba and "
-                       "DeltaNet hybrids).", rich_help_panel=VLLM)
+    bool, typer.Option("--enable-prefix-caching", help="Prefix caching on (the default; for Mamba and "
+                       "DeltaNet hybrids from vLLM 0.28).", rich_help_panel=VLLM)
 ]
 NoPrefixCaching = Annotated[
     bool, typer.Option("--no-enable-prefix-caching", help="Prefix caching off.", rich_help_panel=VLLM)

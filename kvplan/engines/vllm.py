@@ -106,7 +106,7 @@ class VllmFlags:
     pipeline_parallel_size: int = 1
     dtype: str = "auto"
     quantization: str | None = None
-    enable_prefix_caching: bool | None = None  # None: vLLM's default (on, off for hybrids with a state cache)
+    enable_prefix_caching: bool | None = None  # None: vLLM's default (on; off for state-cache hybrids to 0.27)
     enable_chunked_prefill: bool | None = None  # None: the release's default (V0: past 32K tokens; V1: on)
     kv_cache_memory_bytes: int | None = None
     version: str = "current"
@@ -477,7 +477,7 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         pp=flags.pipeline_parallel_size,
         dtype=dtype,
         quantization=flags.quantization,
-        enable_prefix_caching=(not _has_state_cache(model) if flags.enable_prefix_caching is None
+        enable_prefix_caching=(_prefix_caching_default(model, rules) if flags.enable_prefix_caching is None
                                else flags.enable_prefix_caching),
         kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
         version=flags.version,
@@ -547,6 +547,17 @@ def _has_state_cache(model: ModelSpec) -> bool:
     """Mamba or gated-DeltaNet layers: vLLM's is_prefix_caching_supported says no for such hybrids, so prefix
     caching is off unless asked for (config/model.py @0.17-0.24)."""
     return any(spec.kind in (LayerKind.MAMBA, LayerKind.LINEAR_ATTENTION) for spec in model.layers)
+
+
+def _prefix_caching_default(model: ModelSpec, rules: VllmRules) -> bool:
+    """--enable-prefix-caching's default (EngineArgs: is_prefix_caching_supported, and up to 0.27 `not
+    is_hybrid`): on, except for a model with Mamba or gated-DeltaNet state, which has it from 0.28 when it also
+    has attention layers (arg_utils.py drops `not is_hybrid` at 0.28.0; config/model.py says "Generative hybrid
+    models support prefix caching" from 0.26.0). An attention-free model (pure Mamba) stays off."""
+    if not _has_state_cache(model):
+        return True
+    return rules.hybrid_prefix_caching and any(
+        spec.kind not in (LayerKind.MAMBA, LayerKind.LINEAR_ATTENTION, LayerKind.NO_CACHE) for spec in model.layers)
 
 
 def mamba_cache_mode(model: ModelSpec, f: ResolvedFlags) -> str:

@@ -129,6 +129,8 @@ class VllmRules:
     # "support" ("all" where the model supports Mamba prefix caching, else "align"), "support_unless_spec"
     # (0.20-0.21: "align" under speculative decoding), "align" (0.28+: "all" only when asked; 0.32 drops it).
     mamba_mode_default: str = "support"
+    # a hybrid with attention and state layers gets prefix caching by default (0.28+; EngineArgs) [1.9]
+    hybrid_prefix_caching: bool = False
     mamba_all_spec_pages: bool = False  # "all" mode adds the draft's state pages too (0.22+) [1.9]
     mamba2_checkpoint_page: bool = False  # "align" mode keeps a Mamba2 prefill checkpoint page (0.32+) [1.9]
     # Nemotron-H's SSM state when --mamba-ssm-cache-dtype is auto: None = the conv state's dtype (the model's);
@@ -416,10 +418,11 @@ def _changes() -> tuple[VllmRules, ...]:
            dsv4_mtp_buffer=False)
     change((0, 28, 0), "CUDA graphs up to 1,024 on data-center Blackwell; one KV size and concurrency line; "
            "no bitsandbytes; 16,384 tokens and 1,024 sequences on GPUs of 160 GiB and more; V2's weights line "
-           "says memory; prefix caching on a hybrid aligns its Mamba state by default; FlashInfer decodes through "
-           "XQA on SM12x too, and runs sinks there; Model Runner V2 by default for DeepSeek-V4 on CUDA; the "
-           "nvfp4_4over6 cache", kv_cache_dtypes=_KV_0_28,
+           "says memory; prefix caching on by default for hybrids, aligning their Mamba state; FlashInfer "
+           "decodes through XQA on SM12x too, and runs sinks there; Model Runner V2 by default for DeepSeek-V4 "
+           "on CUDA; the nvfp4_4over6 cache", kv_cache_dtypes=_KV_0_28,
            blackwell_1024=True, combined_kv_line=True, bitsandbytes=False, v1_batch_rule="memory_tiers",
+           hybrid_prefix_caching=True,
            v2_load_memory_word=True, mamba_mode_default="align", flashinfer_sink_majors=(10, 12),
            xqa_majors=(9, 12), v2_architectures=("DeepseekV2ForCausalLM", "DeepseekV4ForCausalLM",
                                                   "GraniteMoeForCausalLM", "Qwen2MoeForCausalLM"))
