@@ -305,9 +305,19 @@ def _vllm_flags(row: dict, release: str, model: ModelSpec, relation: str) -> tup
         allow_long_max_model_len=True,
         lora=_lora(given),
         bnb_compute="model" if _UNSLOTH_LINE_RE.search(raw) else "bfloat16",
+        # VLLM_USE_DEEP_GEMM / VLLM_MOE_USE_DEEP_GEMM where the record's command sets them.
+        deep_gemm=_deep_gemm(given),
         **spec,
     )
     return flags, {"quantization": quant}
+
+
+def _deep_gemm(given: dict[str, Any]) -> bool | None:
+    """The DeepGEMM switches of the record's command (VllmFlags.deep_gemm): off where either is 0."""
+    values = [str(given[k]) for k in ("VLLM_USE_DEEP_GEMM", "VLLM_MOE_USE_DEEP_GEMM") if k in given]
+    if "0" in values:
+        return False
+    return True if str(given.get("VLLM_MOE_USE_DEEP_GEMM")) == "1" else None
 
 
 def _lora(given: dict[str, Any]) -> LoraSlots | None:

@@ -461,6 +461,19 @@ def test_vllm_mla_disable_is_read(tmp_path: Path, value: str, taken: bool, named
     assert ("mla_disable" in unresolved_fields(r)) is named
 
 
+@pytest.mark.parametrize(("name", "value", "taken", "named"), [
+    ("VLLM_USE_DEEP_GEMM", "0", False, False), ("VLLM_USE_DEEP_GEMM", "1", None, False),
+    ("VLLM_MOE_USE_DEEP_GEMM", "0", False, False), ("VLLM_MOE_USE_DEEP_GEMM", "1", True, False),
+    ("VLLM_MOE_USE_DEEP_GEMM", "maybe", None, True)])
+def test_vllm_deep_gemm_switches_are_read(tmp_path: Path, name: str, value: str, taken: bool | None,
+                                          named: bool) -> None:
+    # Either switch at 0 turns DeepGEMM's MoE off; VLLM_MOE_USE_DEEP_GEMM=1 asks for it (0.12-0.14 leave it off at
+    # tp 8 otherwise); VLLM_USE_DEEP_GEMM=1 is the default. A value that is not 0 or 1 is named.
+    (r,) = one(_env_deployment(tmp_path, "RTX-PRO-6000", "v0.27.1", "Qwen/Qwen3-30B-A3B-FP8", name, value))
+    assert r.deep_gemm is taken
+    assert ("deep_gemm" in unresolved_fields(r)) is named
+
+
 @pytest.mark.parametrize(("name", "key"), [("VLLM_USE_FLASHINFER_SAMPLER", "flashinfer_sampler"),
                                            ("VLLM_USE_V1", "use_v1")])
 @pytest.mark.parametrize(("value", "taken"), [("1", True), ("0", False), ("sometimes", None)])

@@ -341,15 +341,27 @@ CHANGES = [
     ("0.19.1", "0.20.0", "checkpoint_kv", ("FP8",), ("FP8", "NVFP4")),
     # engine/arg_utils.py: default_prefix_caching loses "and not model_config.is_hybrid" at 0.28.0.
     ("0.27.1", "0.28.0", "hybrid_prefix_caching", False, True),
-    # DeepSeek-V4's experts on SM12x through DeepGemmFP4Experts (fused_moe/experts/deep_gemm_moe.py,
-    # deep_gemm_utils.py compute_aligned_M): every local expert padded (0.20-0.23); only as many as the rows
-    # can reach (0.24); DeepGEMM a6b593d's SM12x blocks of 64 (tools/install_deepgemm.sh pins it from 0.25);
-    # the permuted activations as fp8 (_fp8_workspace_shape, 0.31); 0.32 adds SM12x backends, not read.
-    ("0.19.1", "0.20.0", "dsv4_deepgemm", None, "uncapped"),
-    ("0.23.0", "0.24.0", "dsv4_deepgemm", "uncapped", "capped"),
-    ("0.24.0", "0.25.0", "dsv4_deepgemm", "capped", "sm120"),
-    ("0.30.0", "0.31.0", "dsv4_deepgemm", "sm120", "sm120_fp8"),
-    ("0.31.0", "0.32.0", "dsv4_deepgemm", "sm120_fp8", None),
+    # DeepGEMM's MoE (vllm_deepgemm). Block-FP8 experts: quantization/fp8.py (0.11.0 fused_experts'
+    # _valid_deep_gemm on SM90; 0.11.1 get_fp8_moe_backend; 0.12 "DeepGEMM MoE is disabled by default when TP
+    # size is >= 8"), oracle/fp8.py from 0.14 (0.16: FlashInfer first; 0.17: Triton first on SM90);
+    # platforms/cuda.py support_deep_gemm adds family 120 at 0.24. DeepSeek-V4: DeepGemmFP4Experts takes
+    # SM12x from 0.24 (SM100 only before); 0.32 adds SM12x MXFP4 backends, not read. deep_gemm inside the
+    # wheel from 0.20 (import_utils.has_deep_gemm: vllm.third_party.deep_gemm). compute_aligned_M caps the
+    # padded experts at the rows from 0.24; DeepGEMM a6b593d (pinned from 0.25) shrinks SM12x blocks to 64;
+    # _fp8_workspace_shape at 0.31. workspace_shapes' widths change at 0.11.1 and 0.13.0.
+    ("0.10.2", "0.11.0", "deepgemm_fp8", None, "sm90_shape"),
+    ("0.11.0", "0.11.1", "deepgemm_fp8", "sm90_shape", "always"),
+    ("0.11.2", "0.12.0", "deepgemm_fp8", "always", "below_tp8"),
+    ("0.14.1", "0.15.0", "deepgemm_fp8", "below_tp8", None),
+    ("0.23.0", "0.24.0", "deepgemm_fp8", None, "sm12x"),
+    ("0.23.0", "0.24.0", "deepgemm_mxfp4_sm12x", False, True),
+    ("0.31.0", "0.32.0", "deepgemm_mxfp4_sm12x", True, False),
+    ("0.19.1", "0.20.0", "deepgemm_vendored", False, True),
+    ("0.23.0", "0.24.0", "deepgemm_rows", "uncapped", "capped"),
+    ("0.24.0", "0.25.0", "deepgemm_rows", "capped", "sm120"),
+    ("0.30.0", "0.31.0", "deepgemm_rows", "sm120", "sm120_fp8"),
+    ("0.11.0", "0.11.1", "deepgemm_widths", "0.11.0", "0.11.1"),
+    ("0.12.0", "0.13.0", "deepgemm_widths", "0.11.1", "0.13"),
 ]
 
 

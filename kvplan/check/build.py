@@ -326,6 +326,7 @@ def build_request(
         if engine == "vllm" else None
     use_v1 = _env_switch(env, "VLLM_USE_V1", "use_v1", out) if engine == "vllm" else None
     mla_disable = engine == "vllm" and bool(_env_switch(env, "VLLM_MLA_DISABLE", "mla_disable", out))
+    deep_gemm = _deep_gemm(env, out) if engine == "vllm" else None
 
     gpu, gpu_source = hardware.gpu, hardware.gpu_source
     if gpu is not None:
@@ -389,6 +390,7 @@ def build_request(
         allow_long_max_model_len=allow_long,
         flashinfer_sampler=flashinfer_sampler,
         mla_disable=mla_disable,
+        deep_gemm=deep_gemm,
         use_v1=use_v1,
         lora_slots=lora,
         mamba_cache_dtype=_plain(text("mamba_cache_dtype"), "mamba_cache_dtype", names, site, out)
@@ -587,6 +589,16 @@ def apply_hardware(request: DeploymentRequest, *, gpu: str | None = None,
                 memory = spec.total_memory_bytes
     return replace(request, gpu=name, gpu_source=source if (name or memory) else "", gpu_key=key,
                    gpu_memory_bytes=memory, unresolved=tuple(unresolved), notes=tuple(dict.fromkeys(notes)))
+
+
+def _deep_gemm(env: dict[str, str] | None, out: _Collect) -> bool | None:
+    """VLLM_USE_DEEP_GEMM and VLLM_MOE_USE_DEEP_GEMM: off where either is 0, asked for where the MoE switch is
+    1 (vllm.VllmFlags.deep_gemm), None where neither is set."""
+    use = _env_switch(env, "VLLM_USE_DEEP_GEMM", "deep_gemm", out)
+    moe = _env_switch(env, "VLLM_MOE_USE_DEEP_GEMM", "deep_gemm", out)
+    if use is False or moe is False:
+        return False
+    return moe
 
 
 def _env_switch(env: dict[str, str] | None, name: str, key: str, out: _Collect) -> bool | None:

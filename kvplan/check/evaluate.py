@@ -69,6 +69,7 @@ def _engine_options(req: DeploymentRequest, vllm_version: str) -> Any:
             allow_long_max_model_len=req.allow_long_max_model_len,
             flashinfer_sampler=req.flashinfer_sampler,
             mla_disable=req.mla_disable,
+            deep_gemm=req.deep_gemm,
             # VLLM_USE_V1 chooses the engine while a release has both (to 0.10.x); later ones have V1 only.
             use_v1=req.use_v1 if rules_for(_vllm_version(req, vllm_version)).v0_available else None,
             lora=LoraSlots(*req.lora_slots) if req.lora_slots else None,

@@ -99,6 +99,7 @@ class DeploymentRequest:
     allow_long_max_model_len: bool = False  # env VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     flashinfer_sampler: bool | None = None  # env VLLM_USE_FLASHINFER_SAMPLER=1 / =0 (None: unset)
     mla_disable: bool = False  # env VLLM_MLA_DISABLE=1: DeepSeek caches per-head K/V, not its MLA latent
+    deep_gemm: bool | None = None  # env VLLM_USE_DEEP_GEMM / VLLM_MOE_USE_DEEP_GEMM (vllm.VllmFlags.deep_gemm)
     use_v1: bool | None = None  # env VLLM_USE_V1=1 / =0 (None: unset); chooses the engine up to 0.10
     # vLLM --enable-lora: (--max-loras, --max-lora-rank, --fully-sharded-loras)
     lora_slots: tuple[int, int, bool] | None = None

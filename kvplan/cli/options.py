@@ -211,6 +211,11 @@ AllowLong = Annotated[
         rich_help_panel=VLLM,
     ),
 ]
+NoDeepGemm = Annotated[
+    bool | None,
+    typer.Option("--no-deep-gemm", help="As VLLM_USE_DEEP_GEMM=0: MoE experts on Triton, not DeepGEMM.",
+                 rich_help_panel=VLLM),
+]
 MlaDisable = Annotated[
     bool | None,
     typer.Option("--mla-disable", help="As VLLM_MLA_DISABLE=1: DeepSeek caches K and V per head, not MLA.",

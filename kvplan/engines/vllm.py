@@ -123,6 +123,9 @@ class VllmFlags:
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     flashinfer_sampler: bool | None = None  # VLLM_USE_FLASHINFER_SAMPLER=1 / =0; None: unset (_sampler_path)
     mla_disable: bool = False  # VLLM_MLA_DISABLE=1 (vllm_mla.dense_mla_reason)
+    # VLLM_USE_DEEP_GEMM / VLLM_MOE_USE_DEEP_GEMM: False where either is 0, True where VLLM_MOE_USE_DEEP_GEMM=1
+    # asks for it (0.12-0.14 leave it off at tp 8 and more unless asked); None: unset (deepgemm_scratch)
+    deep_gemm: bool | None = None
     split: WeightSplit = NO_SPLIT  # expert parallel and CPU offload (vllm_memory.WeightSplit)
     lora: LoraSlots | None = None  # --enable-lora with --max-loras / --max-lora-rank (vllm_lora)
     # The dtype bitsandbytes 4-bit layers compute in: "bfloat16" (vLLM's own) or "model" (Unsloth's patched
@@ -212,6 +215,7 @@ class ResolvedFlags:
     rocm: bool = False  # an AMD GPU (the worker skips the CUDA-graph estimate on ROCm before 0.26)
     v0_fallback: str | None = None  # the setting that sent a V1-default release (0.8-0.10) to V0 (vllm_fallback)
     mla_dense: str | None = None  # why an MLA model's cache holds per-head K/V, not the latent (vllm_mla)
+    deep_gemm: bool | None = None  # VllmFlags.deep_gemm as given
     dsa_storage: str | None = None  # how a sparse-attention (DeepSeek-V3.2) latent is stored (vllm_dsa)
 
     @property
@@ -495,6 +499,7 @@ def resolve_flags(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> ResolvedF
         rocm=gpu.vendor == "amd",
         v0_fallback=fallback.feature if fallback is not None and engine == "v0" else None,
         mla_dense=mla_dense,
+        deep_gemm=flags.deep_gemm,
         dsa_storage=storage,
     )
 
@@ -760,20 +765,50 @@ class MoeScratch:
 
 
 def fused_moe_scratch(model: ModelSpec, f: ResolvedFlags, gpu: GpuSpec, split: WeightSplit) -> MoeScratch:
-    """AWQ/GPTQ experts run Marlin (fused_marlin_moe: no chunking, nothing kept); DeepSeek-V4's MXFP4 experts
-    on SM12x run DeepGEMM's FP4 GEMM (vllm_deepgemm, 0.20-0.31); the rest run fused_experts_impl, then (0.14+)
-    TritonExperts in the workspace manager."""
+    """AWQ/GPTQ experts run Marlin (fused_marlin_moe: no chunking, nothing kept); experts on DeepGEMM keep
+    padded rows (deepgemm_scratch); the rest run fused_experts_impl, then (0.14+) TritonExperts in the workspace
+    manager."""
     if model.quant is not None and model.quant.method in ("awq", "gptq"):
         return MoeScratch("marlin_old" if f.rules.moe_marlin_old else "marlin", None, False)
     kept = f.engine == "v1" and f.rules.moe_workspace_kept
-    moe = model.geometry.moe
-    cc = gpu.compute_capability
-    if (f.rules.dsv4_deepgemm and moe is not None and model.geometry.compressed_mla is not None
-            and cc is not None and cc[0] == 12):
-        local = cdiv(moe.num_experts, split.expert_ranks) if split.expert_ranks else moe.num_experts
-        deepgemm = DeepGemmScratch(f.rules.dsv4_deepgemm, local, expert_parallel=bool(split.expert_ranks))
-        return MoeScratch(f.rules.moe_scratch, f.rules.moe_chunk_tokens, kept, deepgemm)
-    return MoeScratch(f.rules.moe_scratch, f.rules.moe_chunk_tokens, kept)
+    deepgemm = deepgemm_scratch(model, f, gpu, split)
+    # 0.11-0.13 keep DeepGEMM's buffers in the modular kernel's shared buffers between forwards.
+    return MoeScratch(f.rules.moe_scratch, f.rules.moe_chunk_tokens, kept or deepgemm is not None, deepgemm)
+
+
+def deepgemm_scratch(model: ModelSpec, f: ResolvedFlags, gpu: GpuSpec, split: WeightSplit) -> DeepGemmScratch | None:
+    """Whether the release runs this model's experts on DeepGEMM on this card, and how (vllm_deepgemm).
+
+    DeepSeek-V4's MXFP4 experts: the MXFP4 oracle tries FlashInfer's TRT-LLM kernels (SM100) first, then
+    DEEPGEMM_MXFP4, which takes SM12x from 0.24 (`DeepGemmFP4Experts._supports_current_device`). Block-FP8
+    experts (`oracle/fp8.py`, `quantization/fp8.py get_fp8_moe_backend`): DeepGEMM on SM90 and SM100 where the
+    deep_gemm package imports (the image; the wheel from 0.20) in 0.11-0.14, off at tp 8 and more from 0.12,
+    and on 0.11.0's SM90 only past `_valid_deep_gemm` (I / tp > 512, I / tp and H multiples of 128, T >= 128);
+    on SM12x from 0.24 (`support_deep_gemm` adds the family). VLLM_USE_DEEP_GEMM=0 turns all of it off, and
+    kvplan reads VLLM_MOE_USE_DEEP_GEMM=0 the same way (the FP8 oracle reads it; the MXFP4 one was not read)."""
+    moe, cc, rules = model.geometry.moe, gpu.compute_capability, f.rules
+    if moe is None or cc is None or not moe.experts_per_token or f.deep_gemm is False:
+        return None
+    local = cdiv(moe.num_experts, split.expert_ranks) if split.expert_ranks else moe.num_experts
+    ep = bool(split.expert_ranks)
+    if model.geometry.compressed_mla is not None:
+        return DeepGemmScratch(rules.deepgemm_rows, local, expert_parallel=ep, padded_dims=True) \
+            if rules.deepgemm_mxfp4_sm12x and cc[0] == 12 else None
+    quant = model.quant
+    if quant is None or quant.method != "fp8" or quant.block_shape is None or rules.deepgemm_fp8 is None:
+        return None
+    if rules.deepgemm_fp8 == "sm12x":
+        runs = cc[0] == 12
+    else:
+        installed = f.install == "image" or rules.deepgemm_vendored
+        width = moe.expert_intermediate_size // (1 if ep else f.tp)
+        shape_ok = (width > 512 and width % 128 == 0 and model.hidden_size % 128 == 0
+                    and f.max_num_batched_tokens >= 128)
+        runs = installed and (cc == (9, 0) or cc[0] == 10) and not (
+            (rules.deepgemm_fp8 == "below_tp8" and f.tp >= 8 and f.deep_gemm is None)
+            or (rules.deepgemm_fp8 == "sm90_shape" and cc == (9, 0) and not shape_ok))
+    return DeepGemmScratch(rules.deepgemm_rows, local, widths=rules.deepgemm_widths, expert_parallel=ep) \
+        if runs else None
 
 
 def mxfp4_backend(rules: VllmRules, install: str, gpu: GpuSpec) -> Mxfp4Backend | None:

@@ -1,17 +1,18 @@
 """DeepGEMM's grouped-GEMM MoE scratch: the rows of every expert padded to the GEMM's M block.
 
-docs/engine-rules.md 1.5. vLLM runs DeepSeek-V4's MXFP4 experts on SM12x through DeepGemmFP4Experts (the
-DEEPGEMM_MXFP4 backend, 0.20-0.31; FlashInfer's TRT-LLM kernels take SM100 and Marlin SM90). The kernel reads
-the tokens' top-k copies grouped by expert, each group padded to a multiple of its M block, so the workspace
-manager keeps buffers of M_sum rows, not T x top_k (`compute_aligned_M` in fused_moe/deep_gemm_utils.py):
+docs/engine-rules.md 1.5. Where vLLM runs a model's experts on DeepGEMM (block-FP8 checkpoints on Hopper and
+SM100 in 0.11-0.15 where the deep_gemm package is installed, and on SM12x from 0.24; DeepSeek-V4's MXFP4
+experts on SM12x in 0.24-0.31), the kernel reads the tokens' top-k copies grouped by expert, each group padded
+to a multiple of its M block, so the workspace holds M_sum rows, not T x top_k (`compute_aligned_M` in
+fused_moe/deep_gemm_utils.py):
 
-    M_sum = round_up(T x top_k + E' x (align - 1), align),  E' = local experts (0.20-0.23),
+    M_sum = round_up(T x top_k + E' x (align - 1), align),  E' = local experts (to 0.23),
                                                             min(T x top_k, local experts) (0.24+)
 
-and `workspace_shapes` asks for (M_sum, max(I, H)) beside (M_sum, max(2I, H)), the first shared with the
+beside two buffers whose widths `workspace_shapes` sets per release (WIDTHS), the first shared with the
 (T, H) output, in the activation dtype (0.31 stores the first as fp8: half its columns). align is the M
-block: 128 (vLLM's get_mk_alignment_for_contiguous_layout) before 0.25; from 0.25 the per-call block of the
-DeepGEMM build vLLM pins (a6b593d): on SM12x 64 where an expert's share of the rows fits in 64, else 128.
+block: 128 (DeepGEMM's contiguous-layout alignment) before 0.25; from 0.25 the per-call block of the DeepGEMM
+build vLLM pins (a6b593d): on SM12x 64 where an expert's share of the rows fits in 64, else 128.
 DeepSeek-V4-Flash at tp 2, 4,096 tokens, top-6 of 256 experts, I = 2,048 / 2, H = 4,096, bf16 on 0.25:
 24,576 rows, 96 an expert -> align 128, M_sum = round_up(24,576 + 256 x 127, 128) = 57,088; (57,088 x 4,096
 + 57,088 x 4,096) x 2 B = 935,329,792 B, where unpadded rows (Triton's) hold 402,653,184 B.
@@ -22,8 +23,15 @@ from __future__ import annotations
 from kvplan.records import dataclass
 from kvplan.units import cdiv
 
-RULES = ("uncapped", "capped", "sm120", "sm120_fp8")  # VllmRules.dsv4_deepgemm
-# vLLM pads the experts' widths to DeepGEMM's 128 for this backend (mxfp4_round_up_hidden_size_and_...).
+ROW_RULES = ("uncapped", "capped", "sm120", "sm120_fp8")  # VllmRules.deepgemm_rows
+# (first buffer, second buffer) widths a row, from I (expert width on the rank) and H (hidden), per release of
+# DeepGemmExperts.workspace_shapes (VllmRules.deepgemm_widths).
+WIDTHS = {
+    "0.11.0": lambda i, h: (max(2 * i, h), max(i, h)),
+    "0.11.1": lambda i, h: (2 * i, max(i, h)),
+    "0.13": lambda i, h: (max(i, h), max(2 * i, h)),
+}
+# The MXFP4 backend pads the experts' widths to DeepGEMM's 128 (mxfp4_round_up_hidden_size_and_intermediate_size).
 DIM_ALIGN = 128
 LEGACY_BLOCK_M = 128  # DeepGEMM's kLegacyMKAlignmentForContiguousLayout, vLLM's cap on the per-call block
 SM120_MIN_BLOCK_M = 64  # DeepGEMM a6b593d: SM12x blocks are 4 warps x 16 rows, stepped by 64
@@ -31,11 +39,14 @@ SM120_MIN_BLOCK_M = 64  # DeepGEMM a6b593d: SM12x blocks are 4 warps x 16 rows, 
 
 @dataclass(frozen=True)
 class DeepGemmScratch:
-    """Where a release runs a model's experts on DeepGEMM: its row rule and the experts one rank holds."""
+    """Where a release runs a model's experts on DeepGEMM: its row rule, its widths and the experts one rank
+    holds."""
 
-    rule: str  # RULES
+    rule: str  # ROW_RULES
     local_experts: int
+    widths: str = "0.13"  # WIDTHS
     expert_parallel: bool = False  # each rank holds whole experts (no tp split of their width)
+    padded_dims: bool = False  # the MXFP4 backend's widths rounded up to DIM_ALIGN
 
 
 def _round_up(x: int, multiple: int) -> int:
@@ -62,14 +73,18 @@ def aligned_rows(rule: str, rows: int, local_experts: int) -> int:
     return _round_up(rows + reach * (align - 1), align)
 
 
-def deepgemm_workspace_bytes(scratch: DeepGemmScratch, *, tokens: int, top_k: int, expert_width: int,
-                             hidden: int, tp: int, dtype_bytes: int) -> int:
-    """The two buffers the workspace manager keeps for one forward of `tokens` tokens on one rank."""
-    inter = _round_up(expert_width if scratch.expert_parallel else cdiv(expert_width, tp), DIM_ALIGN)
-    h = _round_up(hidden, DIM_ALIGN)
-    rows = aligned_rows(scratch.rule, tokens * top_k, scratch.local_experts)
-    first_columns = max(inter, h)
+def deepgemm_workspace_bytes(scratch: DeepGemmScratch, *, tokens: int, chunk_tokens: int, top_k: int,
+                             expert_width: int, hidden: int, tp: int, dtype_bytes: int) -> int:
+    """The buffers one forward of `tokens` tokens allocates on one rank, in chunks of `chunk_tokens`: the two
+    workspaces sized for a chunk, the first holding the (tokens, H) output too when one chunk does it all."""
+    inter = expert_width if scratch.expert_parallel else cdiv(expert_width, tp)
+    h = hidden
+    if scratch.padded_dims:
+        inter, h = _round_up(inter, DIM_ALIGN), _round_up(hidden, DIM_ALIGN)
+    rows = aligned_rows(scratch.rule, chunk_tokens * top_k, scratch.local_experts)
+    first, second = WIDTHS[scratch.widths](inter, h)
     if scratch.rule == "sm120_fp8":  # fp8 bytes in a workspace of the activation dtype (_fp8_workspace_shape)
-        first_columns = cdiv(first_columns, dtype_bytes)
-    common = max(rows * first_columns, tokens * h)  # the output reuses the first buffer
-    return (common + rows * max(2 * inter, h)) * dtype_bytes
+        first = cdiv(first, dtype_bytes)
+    out = tokens * h
+    common = max(rows * first, out) if tokens == chunk_tokens else rows * first + out
+    return (common + rows * second) * dtype_bytes

@@ -67,6 +67,7 @@ class VllmOptions:
     allow_long_max_model_len: bool = False  # the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     flashinfer_sampler: bool | None = None  # the env var VLLM_USE_FLASHINFER_SAMPLER (1/0); None: unset
     mla_disable: bool = False  # the env var VLLM_MLA_DISABLE=1: DeepSeek on the per-head attention path
+    deep_gemm: bool | None = None  # env VLLM_USE_DEEP_GEMM / VLLM_MOE_USE_DEEP_GEMM (vllm.VllmFlags.deep_gemm)
     lora: LoraSlots | None = None  # --enable-lora: slots for --max-loras adapters of --max-lora-rank
     mamba_cache_dtype: str = "auto"  # --mamba-cache-dtype (Mamba / DeltaNet conv state)
     mamba_ssm_cache_dtype: str = "auto"  # --mamba-ssm-cache-dtype (their SSM / recurrent state)
@@ -189,6 +190,7 @@ def _flags(d: Deployment, o: VllmOptions) -> VllmFlags:
         allow_long_max_model_len=o.allow_long_max_model_len,
         flashinfer_sampler=o.flashinfer_sampler,
         mla_disable=o.mla_disable,
+        deep_gemm=o.deep_gemm,
         # Expert parallel spreads whole experts over the tp x dp ranks of the EP group (FusedMoE's EP).
         split=WeightSplit(
             expert_ranks=p.tp * p.dp if p.expert_parallel else None,

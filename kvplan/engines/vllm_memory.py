@@ -417,8 +417,9 @@ def moe_workspace_bytes(model: ModelSpec, *, dtype: str, tp: int, max_num_batche
     inter, hidden, k = cdiv(moe.expert_intermediate_size, tp), model.hidden_size, moe.experts_per_token
     tokens = max_num_batched_tokens if chunk_tokens is None else min(max_num_batched_tokens, chunk_tokens)
     if deepgemm is not None:
-        return deepgemm_workspace_bytes(deepgemm, tokens=tokens, top_k=k, expert_width=moe.expert_intermediate_size,
-                                        hidden=hidden, tp=tp, dtype_bytes=weight_dtype_bytes(dtype))
+        return deepgemm_workspace_bytes(deepgemm, tokens=max_num_batched_tokens, chunk_tokens=tokens, top_k=k,
+                                        expert_width=moe.expert_intermediate_size, hidden=hidden, tp=tp,
+                                        dtype_bytes=weight_dtype_bytes(dtype))
     if scratch == "marlin_old":
         values = tokens * k * (3 * inter + hidden) + tokens * max(k * inter, hidden)
     else:

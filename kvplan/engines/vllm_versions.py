@@ -73,10 +73,15 @@ class VllmRules:
     moe_scratch: str = "three"  # the fused-MoE buffers a forward allocates (vllm_memory.MOE_ROW_VALUES) [1.5]
     moe_chunk_tokens: int | None = 32_768  # VLLM_FUSED_MOE_CHUNK_SIZE's default (None: no chunking) [1.5]
     moe_marlin_old: bool = True  # AWQ/GPTQ experts through the first Marlin MoE kernel (to 0.8.4) [1.5]
-    # DeepSeek-V4's MXFP4 experts on SM12x run DeepGEMM's FP4 grouped GEMM, whose scratch rows are padded per
-    # expert (vllm_memory.DEEPGEMM_ROWS): "uncapped" (0.20-0.23), "capped" (0.24), "sm120" (0.25-0.30),
-    # "sm120_fp8" (0.31: the permuted activations stored as fp8); None: not read (0.32+ adds SM12x backends) [1.5]
-    dsv4_deepgemm: str | None = None
+    # Experts on DeepGEMM's grouped GEMM keep rows padded per expert (vllm_deepgemm) [1.5]. Where: block-FP8
+    # MoE on SM90/SM100 with the deep_gemm package, "sm90_shape" (0.11.0: SM90 only past _valid_deep_gemm),
+    # "always" (0.11.1), "below_tp8" (0.12-0.14: off at tp >= 8 unless asked), on SM12x "sm12x" (0.24+);
+    # None: Triton, FlashInfer or not read (0.15-0.23)
+    deepgemm_fp8: str | None = None
+    deepgemm_mxfp4_sm12x: bool = False  # DeepSeek-V4's MXFP4 experts on SM12x (DEEPGEMM_MXFP4, 0.24-0.31)
+    deepgemm_vendored: bool = False  # deep_gemm ships inside vLLM's wheel (vllm.third_party, 0.20+); before: image
+    deepgemm_rows: str = "uncapped"  # vllm_deepgemm.ROW_RULES: "capped" 0.24, "sm120" 0.25, "sm120_fp8" 0.31
+    deepgemm_widths: str = "0.11.0"  # vllm_deepgemm.WIDTHS: "0.11.1" (0.11.1-0.12), "0.13" (0.13+)
     # V0 splits the blocks over its pp virtual engines; from 0.8.0 its start-up check asks one engine's share
     # to hold a request (worker.py raise_if_cache_size_invalid: num_gpu_blocks // pipeline_parallel_size) [1.8]
     v0_pp_check_split: bool = False
@@ -325,8 +330,9 @@ def _changes() -> tuple[VllmRules, ...]:
            "CUTLASS MLA's 128-token blocks on SM100", kv_cache_memory_option=True, mxfp4_triton="package",
            mla_block_rule="forced")
     change((0, 11, 0), "V1 only; FULL_AND_PIECEWISE CUDA graphs; the worker's snapshot after the communicators; "
-           "bfloat16 KV; DeepSeek-V3.2 (auto stored as fp8_ds_mla)", v0_available=False, full_graphs=True,
-           snapshot_after_comms=True, dsa=True, dsa_auto_fp8=True,
+           "bfloat16 KV; DeepSeek-V3.2 (auto stored as fp8_ds_mla); block-FP8 experts on DeepGEMM where installed",
+           v0_available=False, full_graphs=True, snapshot_after_comms=True, dsa=True, dsa_auto_fp8=True,
+           deepgemm_fp8="sm90_shape",
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc"))
     # 0.11.1: VLLM_USE_FLASHINFER_SAMPLER defaults to None and topk_topp_sampler.py takes FlashInfer only "if
     # envs.VLLM_USE_FLASHINFER_SAMPLER" ("Users must opt in explicitly"); 0.11.0 still took it "is not False".
@@ -334,18 +340,21 @@ def _changes() -> tuple[VllmRules, ...]:
            "turned off; torch 2.9: a cold compile benchmarks combo kernels on copies of their arguments; capture "
            "sizes step 16 above 256; FlashInfer sampler opt-in (PyTorch sort in the image too); block size 256; "
            "LoRA graphs captured twice; V1's weights line says memory; a given multiple of an MLA backend's block "
-           "stands; DeepSeek-V3.2's auto cache in the model dtype", mla_block_rule="forced_multiple",
+           "stands; DeepSeek-V3.2's auto cache in the model dtype; DeepGEMM for block-FP8 experts without a shape "
+           "check, its first buffer 2I wide", mla_block_rule="forced_multiple", deepgemm_fp8="always",
+           deepgemm_widths="0.11.1",
            v1_load_wording="took_gib_memory", batch_caps=True, dsa_auto_fp8=False,
            v1_chunked_optional=True, compile_clone=True,
            capture_rule="v1_2seqs_16",
            image_sampler=None, block_sizes=(1, 8, 16, 32, 64, 128, 256), lora_graph_cases=True,
            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e5m2", "fp8_e4m3", "fp8_inc", "fp8_ds_mla"))
     change((0, 12, 0), "no LoRA extra vocabulary; FlashInfer and triton_kernels in every install; MoE chunks "
-           "of 16,384 tokens",
+           "of 16,384 tokens; DeepGEMM MoE off at tp 8 and more", deepgemm_fp8="below_tp8",
            lora_extra_vocab=0, mxfp4_triton="vendored", flashinfer_dependency=True, moe_chunk_tokens=16_384)
     change((0, 13, 0), "Nemotron-H's SSM state: the config's mamba_ssm_cache_dtype, else float16; capture sizes "
-           "sized by speculative decode steps; KV refusals link the docs", nemotron_ssm_default="float16",
-           capture_spec_len=True, kv_refusal_wording="docs_link")
+           "sized by speculative decode steps; KV refusals link the docs; DeepGEMM's buffers max(I, H) and max(2I, H) "
+           "wide", nemotron_ssm_default="float16", capture_spec_len=True, kv_refusal_wording="docs_link",
+           deepgemm_widths="0.13")
     change((0, 14, 0), "requested = ceil(total x util); the fused-MoE runs TritonExperts, whose workspace is "
            "kept between steps; the start-up check names the device; log figures through format_gib; "
            "--kv-cache-dtype auto follows a ModelOpt checkpoint's FP8 KV",
@@ -354,7 +363,8 @@ def _changes() -> tuple[VllmRules, ...]:
     # 0.15's MambaModelConfig: prefix caching on a hybrid sets mamba_cache_mode "all" (models that support
     # Mamba prefix caching) or "align" (the rest: gated DeltaNet), and MambaSpec.max_memory_usage_bytes then
     # counts 2 state pages a request in "align" mode, cdiv(max_model_len, block) in "all" (1 with it off).
-    change((0, 15, 0), "prefix caching on a hybrid: mamba_cache_mode align/all", mamba_cache_modes=True)
+    change((0, 15, 0), "prefix caching on a hybrid: mamba_cache_mode align/all; block-FP8 experts planned on "
+           "Triton (0.15 not read; from 0.16 FlashInfer or Triton)", mamba_cache_modes=True, deepgemm_fp8=None)
     change((0, 17, 0), "Triton top-k/top-p sampler; the DSA indexer's expanded block table", v1_sampler="triton",
            dsa_block_table=True)
     change((0, 18, 0), "CUDA-graph memory profiled before the KV cache (not subtracted); any block size; float16 "
@@ -369,13 +379,13 @@ def _changes() -> tuple[VllmRules, ...]:
     # shows 0.17.0-0.19.0 reaching capture with 1,024 sequences on 856 blocks.
     change((0, 20, 0), "utilization 0.92; CUDA-graph estimate subtracted from the budget; Nemotron-H's SSM "
            "state float32 unless the config says; a hybrid's max_num_seqs bounded by the cache's blocks; Mamba "
-           "prefix caching aligned under speculative decoding; DeepSeek-V4 (DeepGEMM experts on SM12x); "
+           "prefix caching aligned under speculative decoding; DeepSeek-V4; DeepGEMM inside the wheel; "
            "FlashInfer's 394 MiB workspace in the "
            "graph estimate; TurboQuant, per-token-head int8/fp8 and NVFP4 caches (auto follows a ModelOpt NVFP4 KV)",
            default_utilization=0.92, cudagraphs_subtracted=True, nemotron_ssm_default="float32",
            mamba_seqs_check=True, mamba_mode_default="support_unless_spec", dsv4=True,
            flashinfer_workspace="fixed", kv_cache_dtypes=_KV_0_20, checkpoint_kv=("FP8", "NVFP4"),
-           dsv4_deepgemm="uncapped")
+           deepgemm_vendored=True)
     change((0, 20, 1), "'GPU KV cache size' = int(concurrency x max_model_len); an off-stride step is captured",
            v1_tokens_rule="concurrency", capture_step=True)
     change((0, 21, 0), "the model loads with the allocator's max_split_size at 20 MiB: large weights count whole "
@@ -394,17 +404,19 @@ def _changes() -> tuple[VllmRules, ...]:
            "DeepSeek-V4's pool sized by page-size slots",
            v2_architectures=("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"), dsv4_pool="slots")
     change((0, 24, 0), "Model Runner V2 for the listed architectures, quantized or MoE too; sparse MLA on SM120; "
-           "FlashInfer from SM80; DeepGEMM pads only the experts a step can reach",
+           "FlashInfer from SM80; DeepGEMM on SM12x (block-FP8 and DeepSeek-V4's experts), padding only the "
+           "experts a step can reach",
            sparse_mla_sm120=True,
            v2_architectures=("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "LlamaForCausalLM",
                              "MistralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM"),
-           v2_listed_unquantized=False, flashinfer_min_capability=(8, 0), dsv4_deepgemm="capped")
+           v2_listed_unquantized=False, flashinfer_min_capability=(8, 0), deepgemm_fp8="sm12x",
+           deepgemm_mxfp4_sm12x=True, deepgemm_rows="capped")
     change((0, 25, 0), "Model Runner V2 default for dense models and three MoE architectures: one float32 copy "
            "of the logits in the profiled sampler, no CUDA-graph estimate; FlashInfer decodes through XQA on "
            "SM90; an int4 per-token-head cache; DeepGEMM's SM120 blocks of 64 rows", v2_runner="dense",
            xqa_majors=(9,), kv_cache_dtypes=_KV_0_25,
            v2_architectures=("DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "Qwen2MoeForCausalLM"),
-           dsv4_deepgemm="sm120")
+           deepgemm_rows="sm120")
     # vllm#50780 (open): the estimator is unchanged from 0.23, but from 0.26.0 the GDN decode-with-context path
     # its FULL warm-up runs leaves a transient that grows with max_num_batched_tokens (op not pinned upstream).
     change((0, 26, 0), "a gated-DeltaNet hybrid's CUDA-graph estimate holds a profiling transient (not modelled); "
@@ -433,13 +445,12 @@ def _changes() -> tuple[VllmRules, ...]:
     change((0, 30, 0), "DeepSeek-V4 takes --kv-cache-dtype auto as fp8; a DSA top-k index group per layer; "
            "FlashInfer runs sinks on SM90; the nvfp4_ds_mla cache (not sized)", kv_cache_dtypes=_KV_0_30,
            dsv4_auto_fp8=True, dsa_index_groups=True, flashinfer_sink_majors=(9, 10, 12))
-    change((0, 31, 0), "DeepSeek-V4's DeepGEMM experts keep their permuted activations as fp8",
-           dsv4_deepgemm="sm120_fp8")
+    change((0, 31, 0), "DeepGEMM's experts keep their permuted activations as fp8", deepgemm_rows="sm120_fp8")
     # v1/kv_cache_interface.py MambaSpec gains num_prefill_checkpoint_blocks at 0.29.0; mamba_mixer2.py sets it
     # to 1 from 0.32.0 (absent at 0.31.0).
     change((0, 32, 0), "a Mamba2 mixer keeps a prefill checkpoint page in align mode; the ultraquant_4bit cache "
-           "(ROCm, not sized); SM12x MoE backends not read (DeepSeek-V4's experts as Triton's)",
-           mamba2_checkpoint_page=True, kv_cache_dtypes=_KV_0_32, dsv4_deepgemm=None)
+           "(ROCm, not sized); DeepSeek-V4's experts on SM12x not read (planned as Triton's)",
+           mamba2_checkpoint_page=True, kv_cache_dtypes=_KV_0_32, deepgemm_mxfp4_sm12x=False)
     change((0, 33, 0), "cuBLAS handles created before the worker's snapshot; the octave caches (ROCm, not sized)",
            cublas_before_snapshot=True, kv_cache_dtypes=_KV_0_33)
     return tuple(out)
