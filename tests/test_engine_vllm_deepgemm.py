@@ -10,14 +10,27 @@ from __future__ import annotations
 import pytest
 
 from kvplan.engines.vllm import VllmFlags, deepgemm_scratch, plan_vllm, resolve_flags
-from kvplan.engines.vllm_deepgemm import DeepGemmScratch, aligned_rows, block_m, deepgemm_workspace_bytes
+from kvplan.engines.vllm_deepgemm import (
+    ROW_RULES,
+    WIDTHS,
+    DeepGemmScratch,
+    aligned_rows,
+    block_m,
+    deepgemm_workspace_bytes,
+)
 from kvplan.engines.vllm_memory import NO_SPLIT, WeightSplit
+from kvplan.engines.vllm_versions import RULES
 from kvplan.hardware.gpus import find_gpu
 from kvplan.sources.resolve import resolve_model
 
 FLASH = resolve_model("deepseek-ai/DeepSeek-V4-Flash", offline=True).model
 QWEN_FP8 = resolve_model("Qwen/Qwen3-30B-A3B-FP8", offline=True).model  # block-FP8, 128 experts, top-8, I 768
 H100, B200, PRO = find_gpu("H100"), find_gpu("B200"), find_gpu("RTX-PRO-6000")
+
+
+def test_every_release_names_a_rule_the_module_has() -> None:
+    assert {r.deepgemm_rows for r in RULES} <= set(ROW_RULES)
+    assert {r.deepgemm_widths for r in RULES} <= set(WIDTHS)
 
 
 def test_the_block_an_expert_share_picks() -> None:

@@ -1,7 +1,7 @@
 """DeepGEMM's grouped-GEMM MoE scratch: the rows of every expert padded to the GEMM's M block.
 
 docs/engine-rules.md 1.5. Where vLLM runs a model's experts on DeepGEMM (block-FP8 checkpoints on Hopper and
-SM100 in 0.11-0.15 where the deep_gemm package is installed, and on SM12x from 0.24; DeepSeek-V4's MXFP4
+SM100 in 0.11-0.14 where the deep_gemm package is installed, and on SM12x from 0.24; DeepSeek-V4's MXFP4
 experts on SM12x in 0.24-0.31), the kernel reads the tokens' top-k copies grouped by expert, each group padded
 to a multiple of its M block, so the workspace holds M_sum rows, not T x top_k (`compute_aligned_M` in
 fused_moe/deep_gemm_utils.py):
