@@ -22,6 +22,7 @@ from kvplan.engines.vllm_memory import NO_SPLIT, WeightSplit
 from kvplan.engines.vllm_versions import RULES
 from kvplan.hardware.gpus import find_gpu
 from kvplan.sources.resolve import resolve_model
+from tests.conftest import run_cli
 
 FLASH = resolve_model("deepseek-ai/DeepSeek-V4-Flash", offline=True).model
 QWEN_FP8 = resolve_model("Qwen/Qwen3-30B-A3B-FP8", offline=True).model  # block-FP8, 128 experts, top-8, I 768
@@ -137,3 +138,15 @@ def test_only_sm12x_runs_deepseek_v4_experts_on_deepgemm() -> None:
                       max_num_seqs=64, max_num_batched_tokens=4096, enforce_eager=True)
     peaks = [plan_vllm(FLASH, flags, g).stages[0].memory.run_peak_bytes for g in (PRO, B200)]
     assert peaks[0] - peaks[1] == 532_676_608
+
+
+def test_the_plan_says_what_deepgemm_adds(runner) -> None:
+    # Qwen3-30B-A3B-FP8 on an RTX PRO 6000 with the newest release (0.33): 8,192 tokens x top-8 = 65,536 rows,
+    # 512 an expert -> blocks of 128: 65,536 + 128 x 127 = 81,792 rows; 0.31+ keep the first buffer as fp8:
+    # (81,792 x 2,048 / 2 + 81,792 x 2,048) x 2 B = 502,530,048 B (0.47 GiB) against Triton's 65,536 x 4,096 x
+    # 2 B = 0.50 GiB. --no-deep-gemm plans Triton's and drops the note.
+    args = ("estimate", "Qwen/Qwen3-30B-A3B-FP8", "--gpu", "RTX-PRO-6000", "--max-model-len", "32k", "--offline")
+    said = " ".join(run_cli(runner, *args).output.split())
+    assert "pads each expert's rows to its block: 81,792 rows where Triton's hold 65,536, 0.47 GiB of scratch " \
+           "instead of 0.50 GiB" in said
+    assert "DeepGEMM" not in run_cli(runner, *args, "--no-deep-gemm").output

@@ -267,6 +267,17 @@ class Warmup:
 
 
 @dataclass(frozen=True)
+class MoeScratch:
+    """The fused-MoE buffers a release allocates (vllm_memory.moe_workspace_bytes): their kind, token chunk,
+    whether they outlive the forward, and the DeepGEMM row padding where the experts run there."""
+
+    kind: str
+    chunk_tokens: int | None
+    kept: bool
+    deepgemm: DeepGemmScratch | None = None
+
+
+@dataclass(frozen=True)
 class VllmReport:
     """What vLLM would report at start-up on `gpu` (per rank), or the error it would stop with."""
 
@@ -289,6 +300,7 @@ class VllmReport:
     warmup: Warmup | None = None
     profile: ProfileUse | None = None
     log_lines: tuple[str, ...] = field(default_factory=tuple)
+    moe_scratch: MoeScratch | None = None  # the fused-MoE buffers the profiling forward allocates
 
     @property
     def startup_error(self) -> str | None:
@@ -753,17 +765,6 @@ def _sampler_shards(f: ResolvedFlags) -> int:
     return f.tp if f.runner == "v2" and f.rules.v2_sharded_sampling else 1
 
 
-@dataclass(frozen=True)
-class MoeScratch:
-    """The fused-MoE buffers a release allocates (vllm_memory.moe_workspace_bytes): their kind, token chunk,
-    whether they outlive the forward, and the DeepGEMM row padding where the experts run there."""
-
-    kind: str
-    chunk_tokens: int | None
-    kept: bool
-    deepgemm: DeepGemmScratch | None = None
-
-
 def fused_moe_scratch(model: ModelSpec, f: ResolvedFlags, gpu: GpuSpec, split: WeightSplit) -> MoeScratch:
     """AWQ/GPTQ experts run Marlin (fused_marlin_moe: no chunking, nothing kept); experts on DeepGEMM keep
     padded rows (deepgemm_scratch); the rest run fused_experts_impl, then (0.14+) TritonExperts in the workspace
@@ -961,6 +962,7 @@ def plan_vllm(
         refusal=refusal,
         warmup=warmup,
         profile=used,
+        moe_scratch=moe_scratch,
     )
     return _with_log(report)
 

@@ -24,12 +24,13 @@ from kvplan.engines.vllm import (
 )
 from kvplan.engines.vllm_attention import kv_attention_groups
 from kvplan.engines.vllm_calibration import calibration_for
+from kvplan.engines.vllm_deepgemm import DeepGemmScratch, aligned_rows
 from kvplan.engines.vllm_dsa import dsa_note
 from kvplan.engines.vllm_dsv4 import dsv4_notes, sparse_mla_refusal
 from kvplan.engines.vllm_kv import KvCacheLayout
 from kvplan.engines.vllm_kv_quant import quant_kv_refusal, quant_note
 from kvplan.engines.vllm_lora import LoraSlots
-from kvplan.engines.vllm_memory import StageMemory, WeightSplit
+from kvplan.engines.vllm_memory import StageMemory, WeightSplit, moe_workspace_bytes
 from kvplan.engines.vllm_mla import dense_mla_layer
 from kvplan.engines.vllm_mxfp4 import release_backend
 from kvplan.engines.vllm_speculative import proposer_buffer_bytes
@@ -309,6 +310,24 @@ def _attention_notes(r: VllmReport) -> list[str]:
     return out
 
 
+def _deepgemm_note(model: ModelSpec, r: VllmReport) -> list[str]:
+    """What running the experts on DeepGEMM adds to the profiling peak (vllm_deepgemm)."""
+    scratch, f, moe = r.moe_scratch, r.flags, model.geometry.moe
+    if scratch is None or scratch.deepgemm is None or moe is None:
+        return []
+    dg = scratch.deepgemm
+
+    def scratch_bytes(deepgemm: DeepGemmScratch | None) -> int:
+        return moe_workspace_bytes(model, dtype=f.dtype, tp=f.tp, max_num_batched_tokens=f.max_num_batched_tokens,
+                                   scratch=scratch.kind, chunk_tokens=scratch.chunk_tokens, deepgemm=deepgemm)
+
+    rows = min(f.max_num_batched_tokens, scratch.chunk_tokens or f.max_num_batched_tokens) * moe.experts_per_token
+    return [f"vLLM {f.version} runs the experts on DeepGEMM's grouped GEMM, which pads each expert's rows to its "
+            f"block: {aligned_rows(dg.rule, rows, dg.local_experts):,} rows where Triton's hold {rows:,}, "
+            f"{fmt_gib(scratch_bytes(dg))} of scratch instead of {fmt_gib(scratch_bytes(None))} (--no-deep-gemm: "
+            "VLLM_USE_DEEP_GEMM=0)"]
+
+
 def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) -> list[str]:
     """Why vLLM's figures are what they are: null block, windows, raised blocks, graphs, install, warm-up,
     profile."""
@@ -362,6 +381,7 @@ def _notes(d: Deployment, r: VllmReport, other_install: tuple[str, int] | None) 
                    f"{fmt_gib(clone.run_peak_bytes)} (vllm#54122); a warm cache (--compile-cache warm) leaves "
                    f"{fmt_gib(clone.compile_clone_bytes - clone.run_peak_bytes)} more KV")
     out.extend(_attention_notes(r))
+    out.extend(_deepgemm_note(d.model, r))
     if (f.rules.gdn_graph_transient and f.runner == "v1" and r.graphs.full and graphs_charged(f)
             and "linear_attention" in d.model.layer_kinds()):
         # fentz26's Qwen3.8-27B at tp 2 on 0.27.1 (256 sequences, 32 context tokens each): estimated 3.51 GiB for
